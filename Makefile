@@ -1,0 +1,45 @@
+# speclib workbook. `make figures` and `make test` set up everything they need from the repo alone.
+PY      ?= python3
+VENV    := .venv
+BIN     := $(VENV)/bin
+STAMP   := $(VENV)/.installed
+NOTEBOOKS := $(sort $(wildcard notebooks/[0-9][0-9]_*.ipynb))
+# Extra papermill arguments, e.g. make figures PARAMS="-p SMOKE True"
+PARAMS  ?=
+
+.PHONY: venv figures test lab train bench clean
+
+venv: $(STAMP)
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	# torch pinned so pip takes the CPU wheel instead of a multi-GB CUDA build
+	$(BIN)/python -m pip install -q "torch==2.13.0"
+	$(BIN)/python -m pip install -q -e ".[dev]"
+	$(BIN)/python -m ipykernel install --user --name speclib --display-name "speclib" >/dev/null
+	touch $(STAMP)
+
+figures: venv
+	mkdir -p build
+	@for nb in $(NOTEBOOKS); do \
+	  echo "== $$nb"; \
+	  $(BIN)/papermill --kernel speclib --cwd notebooks $$nb build/$$(basename $$nb) $(PARAMS) || exit 1; \
+	done
+
+test: venv
+	$(BIN)/python -m pytest -q -ra
+
+lab: venv
+	$(BIN)/python -m pip install -q -e ".[lab]"
+	$(BIN)/jupyter lab --notebook-dir=.
+
+train: venv
+	$(BIN)/python -m speclib.train tokenizer
+	$(BIN)/python -m speclib.train model code-target --steps 2600 --minutes 72
+	$(BIN)/python -m speclib.train model code-draft --steps 1500 --minutes 20 --distill-from code-target
+
+bench: venv
+	$(BIN)/python -m speclib.bench
+
+clean:
+	rm -rf build .pytest_cache

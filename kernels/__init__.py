@@ -1,0 +1,1 @@
+"""Kernel families (tree_gdn, fold, ...), installed as speclib.kernels."""

@@ -1,0 +1,16 @@
+"""speclib: speculative decoding from scratch, as a research workbook.
+
+    target = speclib.load("code-target"); draft = speclib.load("code-draft")
+    out = speclib.generate(target, target.encode("def f(x):\\n"), 64,
+                           drafter=speclib.ModelDrafter(draft, k=4), sampling=speclib.Sampling(0.0))
+"""
+from . import stats
+from .acceptance import Lossless
+from .drafters import ModelDrafter
+from .generate import Generation, generate
+from .lm import LM, HFLM, checkpoints, load
+from .sampling import Sampling
+from .tree import Tree
+
+__all__ = ["LM", "HFLM", "Generation", "Lossless", "ModelDrafter", "Sampling", "Tree", "checkpoints",
+           "generate", "load", "stats"]

@@ -1,0 +1,5 @@
+"""Drafters propose a Tree from the context: `reset(prompt)`, `draft(context) -> Tree`,
+`observe(accepted_tokens)`, `check_compatible(target)`."""
+from .model import ModelDrafter
+
+__all__ = ["ModelDrafter"]

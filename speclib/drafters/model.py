@@ -1,0 +1,52 @@
+"""A smaller LM drafting a chain of k tokens, sampled from its processed distribution q."""
+from __future__ import annotations
+
+import torch
+
+from ..lm import LM
+from ..sampling import Sampling, probs, sample
+from ..tree import Tree
+
+
+class ModelDrafter:
+    def __init__(self, lm: LM, k: int = 4, sampling: Sampling | None = None):
+        if not isinstance(k, int) or k < 1:
+            raise ValueError(f"k (draft length) must be an int >= 1, got {k!r}")
+        self.lm, self.k = lm, k
+        self.sampling_override = sampling       # None: use the target's (set by reset())
+
+    @property
+    def max_nodes(self) -> int:
+        return self.k
+
+    def check_compatible(self, target: LM) -> None:
+        if self.lm.vocab_size != target.vocab_size:
+            raise ValueError(f"draft vocabulary ({self.lm.vocab_size}) differs from the target's ({target.vocab_size})")
+        a, b = self.lm.tokenizer, target.tokenizer
+        if a is not None and b is not None and a is not b and a.get_vocab() != b.get_vocab():
+            raise ValueError("draft and target tokenizers differ: a draft must share the target's tokenizer")
+
+    def reset(self, prompt: list[int], sampling: Sampling, gen: torch.Generator) -> None:
+        """Prefill the draft; draft with the target's sampling (unless given one) and the run's generator."""
+        self.lm.reset(prompt)
+        self.fed = len(prompt)          # tokens in the draft's cache
+        self.sampling, self.gen = self.sampling_override or sampling, gen
+
+    def draft(self, context: list[int]) -> Tree:
+        tail = context[self.fed:]
+        logits = self.lm.extend(tail, list(range(-1, len(tail) - 1)))[-1]
+        tokens, qs = [], []
+        for i in range(self.k):
+            q = probs(logits, self.sampling)
+            x = sample(q, self.gen) if not self.sampling.greedy else int(q.argmax())
+            tokens.append(x); qs.append(q)
+            if i + 1 < self.k:
+                logits = self.lm.extend([x], [len(tail) + i - 1])[0]
+        self.n_tail = len(tail)
+        return Tree.chain(tokens, torch.stack(qs))
+
+    def observe(self, accepted: list[int]) -> None:
+        """Keep the fed tail and the accepted drafted tokens that went through the draft model."""
+        keep = self.n_tail + min(len(accepted), self.k - 1)
+        self.lm.commit(list(range(keep)))
+        self.fed += keep

@@ -1,0 +1,185 @@
+"""The one protocol every model speaks, and its adapter for Hugging Face attention models.
+
+An LM holds a committed prefix and a set of pending nodes (a forest hanging off the committed tip):
+
+    reset(prompt_ids) -> logits [V] at the last prompt position     (prefill)
+    extend(tokens, parents) -> logits [n, V], one row per new node   (parents: -1 = the committed tip,
+                                                                      else an earlier pending node)
+    commit(path)                                                     (keep one root-to-node path of
+                                                                      pending nodes, drop the rest)
+
+An autoregressive step is extend([t], [-1]) then commit([0]); a draft chain is repeated
+extend([t_i], [i - 1]); a tree is one extend with many parents.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from .tree import check_parents
+
+REPO = Path(__file__).resolve().parent.parent
+CHECKPOINTS = REPO / "data" / "checkpoints"
+
+
+def pick_device(device: str = "auto") -> torch.device:
+    if device != "auto":
+        return torch.device(device)
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+        return torch.device("mps")
+    return torch.device("cpu")
+
+
+def checkpoints() -> list[str]:
+    """Names of the models shipped under data/checkpoints/."""
+    return sorted(p.name for p in CHECKPOINTS.iterdir() if (p / "config.json").exists()) if CHECKPOINTS.exists() else []
+
+
+class LM:
+    """Base class: pending-node bookkeeping shared by every implementation."""
+    model = None
+    tokenizer = None
+    device: torch.device
+    max_length: int
+
+    @property
+    def vocab_size(self) -> int:
+        return self.model.config.vocab_size
+
+    def encode(self, text: str) -> list[int]:
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    def decode(self, ids) -> str:
+        return self.tokenizer.decode(list(ids))
+
+    @property
+    def eos_token_id(self) -> int | None:
+        return self.tokenizer.eos_token_id if self.tokenizer is not None else None
+
+    # --- pending-node bookkeeping -------------------------------------------------------------
+    def _start(self, n_prompt: int) -> None:
+        self.n_committed = n_prompt
+        self.pending_parents: list[int] = []
+        self.pending_depths: list[int] = []
+
+    def _add_pending(self, parents: list[int]) -> list[int]:
+        """Validate and record new nodes; return their depths."""
+        check_parents(parents, offset=len(self.pending_parents))
+        depths = []
+        for p in parents:
+            d = 0 if p < 0 else self.pending_depths[p] + 1
+            self.pending_parents.append(p)
+            self.pending_depths.append(d)
+            depths.append(d)
+        if self.n_committed + max(depths, default=0) + 1 > self.max_length:
+            raise ValueError(f"sequence would reach {self.n_committed + max(depths) + 1} tokens, beyond the "
+                             f"model's context of {self.max_length}")
+        return depths
+
+    def _check_path(self, path: list[int]) -> None:
+        prev = -1
+        for node in path:
+            if not 0 <= node < len(self.pending_parents) or self.pending_parents[node] != prev:
+                raise ValueError(f"commit path {path} is not a root-to-node path of pending nodes "
+                                 f"(parents {self.pending_parents})")
+            prev = node
+
+
+class HFLM(LM):
+    """A transformers causal LM with a KV cache (attention layers).
+
+    Pending nodes are appended to the cache; a 4D mask lets each node see the committed prefix and
+    its pending ancestors, position id = committed length + depth. A chain needs no mask at all (the
+    model's own causal mask is the ancestor mask), which is the common, fast case.
+    """
+
+    def __init__(self, model, tokenizer, device):
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.device = device
+        self.max_length = getattr(model.config, "max_position_embeddings", 2048)
+        self.dtype = next(model.parameters()).dtype
+        self._start(0)
+        self.cache = None
+
+    @torch.inference_mode()
+    def reset(self, prompt_ids) -> torch.Tensor:
+        from transformers import DynamicCache
+        ids = torch.as_tensor(list(prompt_ids), dtype=torch.long, device=self.device)
+        if ids.numel() == 0:
+            raise ValueError("prompt_ids is empty: give at least one prompt token")
+        if ids.numel() > self.max_length:
+            raise ValueError(f"prompt has {ids.numel()} tokens, beyond the context of {self.max_length}")
+        self.cache = DynamicCache(config=self.model.config)
+        self._start(ids.numel())
+        out = self.model(input_ids=ids[None], cache=self.cache, use_cache=True)
+        return out.logits[0, -1].float()
+
+    def _is_chain_continuation(self, parents: list[int]) -> bool:
+        base = len(self.pending_parents)
+        return all(p == base + i - 1 for i, p in enumerate(parents)) and \
+            self.pending_parents == list(range(-1, base - 1))
+
+    @torch.inference_mode()
+    def extend(self, tokens, parents) -> torch.Tensor:
+        tokens, parents = list(tokens), list(parents)
+        if len(tokens) != len(parents) or not tokens:
+            raise ValueError(f"extend needs as many parents as tokens (>= 1), got {len(tokens)} and {len(parents)}")
+        chain = self._is_chain_continuation(parents)
+        old = len(self.pending_parents)
+        depths = self._add_pending(parents)
+        ids = torch.tensor([tokens], dtype=torch.long, device=self.device)
+        pos = torch.tensor([depths], dtype=torch.long, device=self.device) + self.n_committed
+        mask = None if chain else self._tree_mask(old)
+        out = self.model(input_ids=ids, position_ids=pos, attention_mask=mask,
+                         cache=self.cache, use_cache=True)
+        return out.logits[0].float()
+
+    def _tree_mask(self, old: int) -> torch.Tensor:
+        """[1, 1, new, committed + pending] additive mask: committed prefix + ancestors-or-self."""
+        n, total = self.n_committed, len(self.pending_parents)
+        anc = torch.zeros(total, total, dtype=torch.bool)
+        for i, p in enumerate(self.pending_parents):
+            if p >= 0:
+                anc[i] = anc[p]
+            anc[i, i] = True
+        allowed = torch.cat([torch.ones(total - old, n, dtype=torch.bool), anc[old:]], dim=1)
+        mask = torch.zeros(allowed.shape, dtype=self.dtype)
+        mask.masked_fill_(~allowed, torch.finfo(self.dtype).min)
+        return mask[None, None].to(self.device)
+
+    @torch.inference_mode()
+    def commit(self, path) -> None:
+        path = list(path)
+        self._check_path(path)
+        n, keep = self.n_committed, len(path)
+        if path == list(range(keep)):              # a chain prefix: plain crop
+            for layer in self.cache.layers:
+                layer.keys, layer.values = layer.keys[:, :, :n + keep], layer.values[:, :, :n + keep]
+        else:                                      # gather the kept positions
+            idx = torch.cat([torch.arange(n), n + torch.tensor(path)]).to(self.device)
+            for layer in self.cache.layers:
+                layer.keys, layer.values = layer.keys[:, :, idx], layer.values[:, :, idx]
+        self._start(n + keep)
+
+
+def load(name_or_path: str, device: str = "auto", dtype: torch.dtype | None = None) -> LM:
+    """A shipped checkpoint name (see `checkpoints()`), a local HF folder, or (online) an HF hub id."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    shipped = checkpoints()
+    if name_or_path in shipped:
+        path = CHECKPOINTS / name_or_path
+    elif Path(name_or_path).is_dir():
+        path = Path(name_or_path)
+    elif "/" in str(name_or_path) and not str(name_or_path).startswith((".", "/")):
+        path = name_or_path                       # a hub id: needs network, which this project never assumes
+    else:
+        raise ValueError(f"unknown checkpoint {name_or_path!r}: not a shipped name {shipped}, nor a local folder")
+    dev = pick_device(device)
+    dtype = dtype or (torch.float32 if dev.type == "cpu" else torch.bfloat16)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(dev)
+    tok = AutoTokenizer.from_pretrained(path)
+    return HFLM(model, tok, dev)

@@ -1,0 +1,82 @@
+"""Tidy experiment results as parquet files under `data/results/` (DESIGN.md section 7).
+
+A notebook calls `save(df, "01_baseline/speed")`, which writes
+`data/results/01_baseline/speed.parquet`, and `load("01_baseline/speed")` reads it back. Writes are
+atomic (temp file in the same folder, then `os.replace`), so a crashed run never leaves a
+half-written file. Each row gets the `git_sha` of the checkout that produced it; no timestamp is
+added, so a re-run with the same numbers gives the same file.
+
+`RESULTS` is the default root; tests pass `root=` to write elsewhere.
+"""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pandas as pd
+
+REPO = Path(__file__).resolve().parent.parent
+RESULTS = REPO / "data" / "results"
+SUFFIX = ".parquet"
+_NAME = re.compile(r"[A-Za-z0-9_\-]+(/[A-Za-z0-9_\-]+)*")
+
+__all__ = ["RESULTS", "git_sha", "available", "path", "save", "load"]
+
+
+def git_sha() -> str:
+    """Short commit hash of the repository's HEAD, or "unknown" (no git, no commit yet, ...)."""
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, check=True,
+                             capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return out.stdout.strip() or "unknown"
+
+
+def available(root: str | Path | None = None) -> list[str]:
+    """Names of the saved results under `root` (default `RESULTS`), sorted."""
+    root = Path(root) if root is not None else RESULTS
+    if not root.is_dir():
+        return []
+    return sorted(p.relative_to(root).with_suffix("").as_posix() for p in root.rglob("*" + SUFFIX))
+
+
+def path(name: str, root: str | Path | None = None) -> Path:
+    """The parquet path of result `name` ("NN_slug/name": letters, digits, _ and -, folders
+    separated by /, no extension)."""
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise ValueError(f"name must look like 'NN_slug/name' (letters, digits, '_', '-', "
+                         f"folders separated by '/', no extension), got {name!r}")
+    return (Path(root) if root is not None else RESULTS) / (name + SUFFIX)
+
+
+def save(df: pd.DataFrame, name: str, root: str | Path | None = None) -> Path:
+    """Write `df` with a `git_sha` column added (overwriting any existing one) to
+    `<root>/<name>.parquet`, atomically. Returns the path written."""
+    if not isinstance(df, pd.DataFrame):
+        raise TypeError(f"df must be a pandas DataFrame, got {type(df).__name__}")
+    out = path(name, root)
+    df = df.assign(git_sha=git_sha())
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.stem}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        df.to_parquet(tmp)
+        os.replace(tmp, out)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return out
+
+
+def load(name: str, root: str | Path | None = None) -> pd.DataFrame:
+    """Read result `name`; a ValueError lists the available names when it does not exist."""
+    p = path(name, root)
+    if not p.is_file():
+        names = available(root)
+        raise ValueError(f"name: no result {name!r} at {p}; "
+                         f"available: {', '.join(names) if names else '(none)'}")
+    return pd.read_parquet(p)

@@ -1,0 +1,87 @@
+"""Tests for speclib.results and speclib.plotting; everything is written under pytest's tmp_path,
+never into the real data/ or figures/ folders."""
+import numpy as np
+import pandas as pd
+import pytest
+
+from speclib import plotting, results
+
+
+def _df():
+    return pd.DataFrame({"method": ["ar", "sd", "sd"], "k": [0, 4, 8], "seed": [0, 0, 0],
+                         "tokens_per_s": [10.5, 21.25, 19.0]})
+
+
+def test_save_load_roundtrip(tmp_path):
+    df = _df()
+    p = results.save(df, "01_baseline/speed", root=tmp_path)
+    assert p == tmp_path / "01_baseline" / "speed.parquet" and p.is_file()
+    assert "git_sha" not in df.columns                    # the caller's frame is not modified
+    back = results.load("01_baseline/speed", root=tmp_path)
+    pd.testing.assert_frame_equal(back.drop(columns="git_sha"), df)
+    assert (back["git_sha"] == results.git_sha()).all()
+    assert "saved_at" not in back.columns
+    assert list(tmp_path.rglob("*.tmp")) == []            # the temp file was renamed away
+    assert results.available(root=tmp_path) == ["01_baseline/speed"]
+
+
+def test_save_is_reproducible(tmp_path):
+    p = results.save(_df(), "x/a", root=tmp_path)
+    first = p.read_bytes()
+    results.save(_df(), "x/a", root=tmp_path)
+    assert p.read_bytes() == first
+
+
+def test_load_missing_lists_available(tmp_path):
+    results.save(_df(), "01_baseline/speed", root=tmp_path)
+    results.save(_df(), "02_cache/accept", root=tmp_path)
+    with pytest.raises(ValueError, match=r"available: 01_baseline/speed, 02_cache/accept"):
+        results.load("01_baseline/nope", root=tmp_path)
+
+
+@pytest.mark.parametrize("name", ["", "/abs", "a/../b", "a/b.parquet", "a//b", "a b", 3])
+def test_bad_result_names(tmp_path, name):
+    with pytest.raises(ValueError, match="name"):
+        results.save(_df(), name, root=tmp_path)
+    assert list(tmp_path.iterdir()) == []                 # nothing written
+
+
+def test_save_rejects_non_dataframe(tmp_path):
+    with pytest.raises(TypeError, match="df"):
+        results.save({"a": [1]}, "x/a", root=tmp_path)
+
+
+def _figure():
+    import matplotlib.pyplot as plt
+    plotting.style()
+    fig, ax = plt.subplots(figsize=(4, 3))
+    x = np.linspace(0, 1, 50)
+    ax.plot(x, x ** 2, label="x²")
+    ax.set(title="speedup", xlabel="acceptance", ylabel="tokens/s")
+    ax.legend()
+    return fig
+
+
+def test_savefig_writes_identical_bytes(tmp_path):
+    import matplotlib.pyplot as plt
+    fig = _figure()
+    paths = plotting.savefig(fig, "01_baseline_speed", root=tmp_path)
+    assert paths == [tmp_path / "01_baseline_speed.png", tmp_path / "01_baseline_speed.pdf"]
+    first = [p.read_bytes() for p in paths]
+    assert first[0].startswith(b"\x89PNG") and first[1].startswith(b"%PDF")
+    plt.close(fig)
+    fig2 = _figure()                                      # a fresh figure with the same numbers
+    plotting.savefig(fig2, "01_baseline_speed", root=tmp_path)
+    plt.close(fig2)
+    assert [p.read_bytes() for p in paths] == first
+    assert b"CreationDate" not in first[1] and b"Producer" not in first[1]
+
+
+@pytest.mark.parametrize("name", ["a/b", "a.png", "", "x y", None])
+def test_savefig_bad_names(tmp_path, name):
+    import matplotlib.pyplot as plt
+    fig = plt.figure()
+    with pytest.raises(ValueError, match="name"):
+        plotting.savefig(fig, name, root=tmp_path)
+    plt.close(fig)
+    assert list(tmp_path.iterdir()) == []
