@@ -70,3 +70,13 @@ def _point_mass(x: int, like: torch.Tensor) -> torch.Tensor:
     q = torch.zeros_like(like)
     q[x] = 1.0
     return q
+
+
+def output_distribution(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """Exact distribution of the token the rule emits at one position, no sampling:
+    P(x) = q(x)·min(1, p(x)/q(x)) + (1 - Σ_y q(y)·min(1, p(y)/q(y)))·norm(max(0, p - q))(x).
+    Equals p for every (p, q): the lossless property, checked in tests and notebook 01."""
+    p, q = p.double(), q.double()
+    ratio = torch.where(q > 0, p / q.clamp_min(1e-300), torch.ones_like(p)).clamp(max=1)
+    accepted = q * ratio
+    return accepted + (1 - accepted.sum()) * residual(p, q)

@@ -1,0 +1,28 @@
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+import speclib
+from speclib.lm import HFLM
+
+SHIPPED = {"code-target", "code-draft"} <= set(speclib.checkpoints())
+needs_shipped = pytest.mark.skipif(not SHIPPED, reason="shipped checkpoints missing (python -m speclib.train)")
+
+
+def tiny_lm(hidden=32, layers=2, vocab=64, seed=0, max_pos=256) -> HFLM:
+    """A random tiny Llama behind the LM protocol: fast, and with a flat-ish distribution."""
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(vocab_size=vocab, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=4,
+                      num_key_value_heads=2, intermediate_size=2 * hidden, max_position_embeddings=max_pos,
+                      eos_token_id=None, bos_token_id=None)
+    return HFLM(LlamaForCausalLM(cfg).eval(), None, torch.device("cpu"))
+
+
+@pytest.fixture
+def pair():
+    return tiny_lm(32, 2, seed=0), tiny_lm(16, 1, seed=1)
+
+
+@pytest.fixture(scope="session")
+def shipped():
+    return speclib.load("code-target"), speclib.load("code-draft")

@@ -1,0 +1,109 @@
+import numpy as np
+import pytest
+import torch
+
+import speclib
+from speclib import ModelDrafter, Sampling, generate
+from speclib.stats import chi2_two_sample, greedy_identity
+from conftest import needs_shipped, tiny_lm
+
+GREEDY = Sampling(0.0)
+
+
+@pytest.mark.parametrize("k", [1, 2, 5, 8])
+def test_greedy_sd_equals_ar_tiny(pair, k):
+    target, draft = pair
+    for prompt in ([1], [5, 9, 2, 33], list(range(20))):
+        ar = generate(target, prompt, 30, sampling=GREEDY)
+        sd = generate(target, prompt, 30, drafter=ModelDrafter(draft, k), sampling=GREEDY)
+        assert sd.tokens == ar.tokens
+
+
+@pytest.mark.parametrize("n", [1, 2, 7, 13])
+def test_stops_exactly_at_max_new_tokens(n):
+    target = tiny_lm()
+    same = tiny_lm()          # identical weights: every draft token is accepted, blocks of k + 1
+    for k in (1, 4):
+        out = generate(target, [1, 2], n, drafter=ModelDrafter(same, k), sampling=Sampling(1.0), seed=3)
+        assert len(out.tokens) == n
+        if n > 1:                 # n == 1: the prefill's token alone, no verify pass
+            assert out.stats["acceptance_rate"] == 1.0
+
+
+def test_stops_at_eos_inside_an_accepted_block():
+    target, same = tiny_lm(), tiny_lm()
+    ref = generate(target, [1, 2], 40, sampling=GREEDY).tokens
+    eos = ref[6]                                  # an EOS that lands inside a block of k + 1 = 5
+    want = ref[: ref.index(eos) + 1]
+    sd = generate(target, [1, 2], 40, drafter=ModelDrafter(same, 4), sampling=GREEDY, eos_token_id=eos)
+    ar = generate(target, [1, 2], 40, sampling=GREEDY, eos_token_id=eos)
+    assert sd.tokens == ar.tokens == want
+
+
+def _token_at(target, drafter, pos, n_runs, sampling, seed0=0, acceptor=None):
+    return [generate(target, [3, 1, 4], pos + 1, drafter=drafter, sampling=sampling, seed=seed0 + s,
+                     acceptor=acceptor).tokens[pos] for s in range(n_runs)]
+
+
+class AcceptAll:
+    """A wrong rule (keeps every draft token): the chi-square test must catch it."""
+    def __call__(self, tree, p, greedy, gen):
+        return list(range(len(tree))), speclib.sampling.sample(p[len(tree)], gen)
+
+
+@pytest.mark.parametrize("sampling", [Sampling(1.0), Sampling(0.8, top_k=8, top_p=0.9)])
+def test_chi_square_ar_vs_sd(pair, sampling):
+    """Tokens at new-token index 4 over independent seeded runs: i.i.d., so the chi-square test is
+    exact up to its approximation. alpha = 1e-3 (0.1% false-positive rate), fixed seeds."""
+    target, draft = pair
+    n = 1200
+    ar = _token_at(target, None, 4, n, sampling)
+    sd = _token_at(target, ModelDrafter(draft, 3), 4, n, sampling, seed0=10**6)
+    assert chi2_two_sample(ar, sd).p > 1e-3
+    if sampling.top_k == 0:   # negative control: the same test rejects a rule that is not lossless
+        bad = _token_at(target, ModelDrafter(draft, 3), 4, n, sampling, seed0=10**6, acceptor=AcceptAll())
+        assert chi2_two_sample(ar, bad).p < 1e-3
+
+
+def test_bad_inputs(pair):
+    target, draft = pair
+    with pytest.raises(ValueError, match="k"):
+        ModelDrafter(draft, 0)
+    with pytest.raises(ValueError, match="empty"):
+        generate(target, [], 5)
+    with pytest.raises(ValueError, match="context"):
+        generate(target, [1] * 200, 60, drafter=ModelDrafter(draft, 4))
+    with pytest.raises(ValueError, match="vocabulary"):
+        generate(target, [1], 5, drafter=ModelDrafter(tiny_lm(vocab=65), 2))
+    with pytest.raises(TypeError, match="Sampling"):
+        generate(target, [1], 5, sampling=0.0)
+    with pytest.raises(ValueError, match="shipped"):
+        speclib.load("no-such-model")
+
+
+@needs_shipped
+def test_tokenizer_mismatch(shipped):
+    from transformers import AutoTokenizer
+    target, draft = shipped
+    other = speclib.load("code-draft")
+    other.tokenizer = AutoTokenizer.from_pretrained(speclib.lm.CHECKPOINTS / "code-draft")
+    other.tokenizer.add_tokens(["<extra>"])
+    with pytest.raises(ValueError, match="tokenizer"):
+        generate(target, [1], 5, drafter=ModelDrafter(other, 2))
+
+
+@needs_shipped
+def test_greedy_identity_shipped_models(shipped):
+    """Level 3: SD = AR = transformers generate(do_sample=False) on held-out prompts."""
+    target, draft = shipped
+    prompts = [r["prompt"] for r in speclib.data.load_workload("code_humaneval", 3)]
+    ar, sd, hf = [], [], []
+    for text in prompts:
+        ids = target.encode(text)
+        ar.append(generate(target, ids, 24, sampling=GREEDY).tokens)
+        sd.append(generate(target, ids, 24, drafter=ModelDrafter(draft, 4), sampling=GREEDY).tokens)
+        out = target.model.generate(torch.tensor([ids]), max_new_tokens=24, do_sample=False,
+                                    pad_token_id=target.eos_token_id)
+        hf.append(out[0, len(ids):].tolist())
+    assert greedy_identity(ar, sd).all_identical
+    assert greedy_identity(ar, hf).all_identical

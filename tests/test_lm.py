@@ -1,0 +1,72 @@
+"""extend/commit on random chains and trees must equal a fresh full forward of each path."""
+import random
+
+import pytest
+import torch
+
+from speclib.tree import Tree
+from conftest import tiny_lm
+
+
+def full_logits(lm, ids):
+    with torch.no_grad():
+        return lm.model(input_ids=torch.tensor([ids])).logits[0, -1].float()
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_trees_and_commits(seed):
+    rnd = random.Random(seed)
+    lm = tiny_lm(seed=seed)
+    committed = [rnd.randrange(64) for _ in range(rnd.randint(1, 9))]
+    assert torch.allclose(lm.reset(committed), full_logits(lm, committed), atol=1e-5)
+    for _ in range(4):
+        tokens, parents = [], []
+        for _ in range(rnd.randint(1, 3)):               # several extends per round
+            n = rnd.randint(1, 6)
+            new_par = [rnd.randint(-1, len(parents) + i - 1) for i in range(n)]
+            new_tok = [rnd.randrange(64) for _ in range(n)]
+            logits = lm.extend(new_tok, new_par)
+            tokens += new_tok; parents += new_par
+            tree = Tree(tokens, parents)
+            for j in range(n):
+                node = len(tokens) - n + j
+                ids = committed + [tokens[i] for i in tree.path_to(node)]
+                assert torch.allclose(logits[j], full_logits(lm, ids), atol=1e-5), (seed, node)
+        path = tree.path_to(rnd.randrange(len(tokens)))
+        lm.commit(path)
+        committed += [tokens[i] for i in path]
+        assert lm.n_committed == len(committed)
+
+
+def test_chain_commit_prefix_is_a_crop():
+    lm = tiny_lm()
+    lm.reset([1, 2, 3])
+    lm.extend([4, 5, 6], [-1, 0, 1])
+    lm.commit([0, 1])
+    assert all(layer.keys.shape[2] == 5 for layer in lm.cache.layers)
+    assert torch.allclose(lm.extend([9], [-1])[0], full_logits(lm, [1, 2, 3, 4, 5, 9]), atol=1e-5)
+
+
+@pytest.mark.parametrize("parents", [[0], [-1, 1], [-1, -2], [-1, 0, 5]])
+def test_parents_not_topological(parents):
+    lm = tiny_lm()
+    lm.reset([1, 2])
+    with pytest.raises(ValueError, match="topological"):
+        lm.extend([3] * len(parents), parents)
+
+
+def test_bad_commit_path():
+    lm = tiny_lm()
+    lm.reset([1, 2])
+    lm.extend([3, 4, 5], [-1, -1, 0])
+    with pytest.raises(ValueError, match="root-to-node"):
+        lm.commit([1, 2])
+
+
+def test_empty_prompt_and_context():
+    lm = tiny_lm(max_pos=16)
+    with pytest.raises(ValueError, match="empty"):
+        lm.reset([])
+    lm.reset(list(range(15)))
+    with pytest.raises(ValueError, match="context"):
+        lm.extend([1, 2], [-1, 0])
