@@ -96,7 +96,8 @@ class HFLM(LM):
     model's own causal mask is the ancestor mask), which is the common, fast case.
     """
 
-    def __init__(self, model, tokenizer, device):
+    def __init__(self, model, tokenizer, device, path=None):
+        self.path = Path(path) if path is not None else None     # where it was loaded from
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.device = device
@@ -182,4 +183,4 @@ def load(name_or_path: str, device: str = "auto", dtype: torch.dtype | None = No
     dtype = dtype or (torch.float32 if dev.type == "cpu" else torch.bfloat16)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(dev)
     tok = AutoTokenizer.from_pretrained(path)
-    return HFLM(model, tok, dev)
+    return HFLM(model, tok, dev, path if Path(str(path)).is_dir() else None)

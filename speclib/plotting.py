@@ -12,6 +12,7 @@ On import, the non-interactive Agg backend is selected only when no backend has 
 from __future__ import annotations
 
 import re
+import os
 from pathlib import Path
 
 import matplotlib
@@ -30,7 +31,7 @@ if not _backend_chosen():
 import seaborn as sns  # noqa: E402  (after the backend choice)
 
 REPO = Path(__file__).resolve().parent.parent
-FIGURES = REPO / "figures"
+FIGURES = (Path(os.environ["SPECLIB_OUT"]) / "figures") if os.environ.get("SPECLIB_OUT") else REPO / "figures"
 DPI = 150
 _NAME = re.compile(r"[A-Za-z0-9_\-]+")
 _METADATA = {

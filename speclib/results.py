@@ -19,7 +19,7 @@ from pathlib import Path
 import pandas as pd
 
 REPO = Path(__file__).resolve().parent.parent
-RESULTS = REPO / "data" / "results"
+RESULTS = (Path(os.environ["SPECLIB_OUT"]) / "results") if os.environ.get("SPECLIB_OUT") else REPO / "data" / "results"
 SUFFIX = ".parquet"
 _NAME = re.compile(r"[A-Za-z0-9_\-]+(/[A-Za-z0-9_\-]+)*")
 

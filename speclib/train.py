@@ -211,6 +211,10 @@ Weights stored in bf16.
 
 """ + "\n".join(f"```python\n{s}\n```\n" for s in samples)
     (out / "MODEL_CARD.md").write_text(card)
+    (out / "training.json").write_text(json.dumps({
+        "name": name, "parameters": n_params, "heldout_loss": round(final, 4), "tokens_seen": last["tokens"],
+        "steps": last["step"], "train_minutes": round(last["seconds"] / 60, 1), "distilled_from": distill_from,
+        "python": sys.version.split()[0]}, indent=1))
     print(f"exported {name}: held-out loss {final:.3f}", flush=True)
     return out
 
