@@ -4,7 +4,7 @@ VENV    := .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 NOTEBOOKS := $(sort $(wildcard notebooks/[0-9][0-9]_*.ipynb))
-# Extra papermill arguments, e.g. make figures PARAMS="-p SMOKE True"
+# Notebook parameters, e.g. make figures PARAMS="-p SMOKE True" (unknown names are an error)
 PARAMS  ?=
 
 .PHONY: venv figures test lab train bench clean
@@ -23,8 +23,9 @@ figures: venv
 	mkdir -p build
 	@for nb in $(NOTEBOOKS); do \
 	  echo "== $$nb"; \
-	  $(BIN)/papermill --kernel speclib --cwd notebooks $$nb build/$$(basename $$nb) $(PARAMS) || exit 1; \
+	  $(BIN)/python -m speclib.notebooks $$nb build/$$(basename $$nb) $(PARAMS) || exit 1; \
 	done
+	$(BIN)/python -m speclib.report
 
 test: venv
 	$(BIN)/python -m pytest -q -ra

@@ -170,6 +170,8 @@ class HFLM(LM):
 def load(name_or_path: str, device: str = "auto", dtype: torch.dtype | None = None) -> LM:
     """A shipped checkpoint name (see `checkpoints()`), a local HF folder, or (online) an HF hub id."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+    hf_logging.disable_progress_bar()
     shipped = checkpoints()
     if name_or_path in shipped:
         path = CHECKPOINTS / name_or_path
