@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml
 	# torch pinned so pip takes the CPU wheel instead of a multi-GB CUDA build
 	$(BIN)/python -m pip install -q "torch==2.13.0"
 	$(BIN)/python -m pip install -q -e ".[dev]"
-	$(BIN)/python -m ipykernel install --user --name speclib --display-name "speclib" >/dev/null
+	$(BIN)/python -m ipykernel install --sys-prefix --name speclib --display-name "speclib" >/dev/null
 	touch $(STAMP)
 
 figures: venv

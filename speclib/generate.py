@@ -62,7 +62,8 @@ def generate(target: LM, prompt_ids, max_new_tokens: int = 128, drafter=None, ac
     if drafter is not None:
         drafter.reset(prompt, sampling, gen)
     out = [root]
-    while len(out) < max_new_tokens and root != eos:
+    done = root == eos
+    while len(out) < max_new_tokens and not done:
         t0 = time.perf_counter()
         tree = drafter.draft(prompt + out) if drafter is not None else Tree([], [])
         t1 = time.perf_counter()
@@ -75,6 +76,7 @@ def generate(target: LM, prompt_ids, max_new_tokens: int = 128, drafter=None, ac
             drafter.observe(accepted)
         t2 = time.perf_counter()
         out += accepted + [root]
+        done = eos is not None and eos in accepted or root == eos
         steps.append({"drafted": len(tree), "accepted": len(path), "source": tree.source if len(tree) else None,
                       "draft_s": t1 - t0, "verify_s": t2 - t1})
     out = _truncate(out, max_new_tokens, eos)
