@@ -1,9 +1,17 @@
-import pytest
-import torch
-from transformers import LlamaConfig, LlamaForCausalLM
+import os
 
-import speclib
-from speclib.lm import HFLM
+import torch
+
+# Triton picks interpreted vs compiled mode when first imported (transformers imports it), so the
+# CPU interpreter must be chosen before anything else is imported.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import pytest  # noqa: E402
+from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
+
+import speclib  # noqa: E402
+from speclib.lm import HFLM  # noqa: E402
 
 SHIPPED = {"code-target", "code-draft"} <= set(speclib.checkpoints())
 needs_shipped = pytest.mark.skipif(not SHIPPED, reason="shipped checkpoints missing (python -m speclib.train)")

@@ -3,34 +3,58 @@
 Tolerances: fp32 rtol = atol = 1e-5 (values are O(1)). bf16 inputs: the reference is naive on the
 same bf16 values upcast to fp32, so the only extra error is rounding o to bf16 (eps 2^-8):
 rtol = atol = 2e-2 on o, and the fp32 factors still at 1e-5 (they are computed in fp32).
-The Triton kernel runs on CPU under TRITON_INTERPRET=1 (set per test, it is read at launch).
+On a GPU the Triton kernel runs on CUDA tensors; on CPU under TRITON_INTERPRET=1, which triton
+reads when it is FIRST imported. conftest imports transformers, which imports triton, before this
+module; unless TRITON_INTERPRET=1 was already in the environment, the Triton tests then re-run
+themselves in a subprocess that has it (test_triton_in_subprocess).
 """
 import math
+import os
 import random
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from speclib.kernels.tree_gdn import (fold, recurrent_gated_delta_rule, tree_conv1d, tree_conv1d_naive,
-                                      tree_gdn)
+ON_GPU = torch.cuda.is_available()
+if not ON_GPU and "triton" not in sys.modules:
+    os.environ.setdefault("TRITON_INTERPRET", "1")  # harmless without a GPU; must precede triton's import
+
+from speclib.kernels.tree_gdn import (fold, recurrent_gated_delta_rule, tree_conv1d,  # noqa: E402
+                                      tree_conv1d_naive, tree_gdn)
 
 try:
-    import triton  # noqa: F401
+    from speclib.kernels.tree_gdn.triton import interpreter_ready
     HAVE_TRITON = True
-except Exception:
+except ImportError:
     HAVE_TRITON = False
+IN_PROCESS = HAVE_TRITON and (ON_GPU or interpreter_ready())
 
-TRITON = pytest.param("triton", marks=pytest.mark.skipif(
-    not HAVE_TRITON, reason="triton is not installed, so the Triton kernel cannot run (even interpreted)"))
+TRITON = pytest.param("triton", marks=[
+    pytest.mark.skipif(not HAVE_TRITON, reason="triton is not installed, so the Triton kernel cannot run"),
+    pytest.mark.skipif(HAVE_TRITON and not IN_PROCESS, reason="triton was imported before TRITON_INTERPRET=1: "
+                       "these run in test_triton_in_subprocess")])
 FAST = ["chunk", TRITON]
 TOL32 = dict(rtol=1e-5, atol=1e-5)
 TOL16 = dict(rtol=2e-2, atol=2e-2)
+DEV = "cuda" if ON_GPU else "cpu"
 
 
-@pytest.fixture(autouse=True)
-def interpret(monkeypatch):
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
+def on(impl, ts):
+    """Triton's inputs go to the GPU when there is one; everything is compared on the CPU."""
+    return [t.to(DEV) if impl == "triton" else t for t in ts]
+
+
+@pytest.mark.skipif(not HAVE_TRITON or IN_PROCESS, reason="the Triton tests already run in this process")
+def test_triton_in_subprocess():
+    env = dict(os.environ, TRITON_INTERPRET="1", OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__,
+                        "-k", "triton and not subprocess"], env=env, capture_output=True, text=True,
+                       cwd=Path(__file__).parents[1], timeout=600)
+    assert r.returncode == 0 and " passed" in r.stdout and "skipped" not in r.stdout, r.stdout[-3000:] + r.stderr[-2000:]
 
 
 def forest(n, roots=1, seed=0):
@@ -78,7 +102,8 @@ CASES = {  # name: (parents, B, H, K, V)
 
 
 def run(impl, *args):
-    o, f = tree_gdn(*args, impl=impl)
+    o, f = tree_gdn(*on(impl, args), impl=impl)
+    o, f = o.cpu(), type(f)(*(t.cpu() for t in f))
     for t in (o, f.u, f.G):
         assert torch.isfinite(t.float()).all(), f"{impl}: non-finite or unwritten output"
     return o, f
@@ -121,16 +146,17 @@ def test_per_batch_parents_and_huge_decay(impl):
     torch.testing.assert_close(f.u, f_ref.u, **TOL32)
 
 
-@pytest.mark.skipif(not HAVE_TRITON, reason="triton is not installed")
-def test_triton_writes_every_element():
+@pytest.mark.parametrize("impl", [TRITON])
+def test_triton_writes_every_element(impl):
     from speclib.kernels.tree_gdn.triton import tree_gdn_triton
-    parents = forest(37, 3, 5)
+    par = torch.tensor(forest(37, 3, 5))
     q, k, v, g, beta, S0 = inputs(2, 37, 3, 5, 9, seed=5)
-    out = (torch.full((2, 37, 3, 9), math.nan), torch.full((2, 37, 3, 9), math.nan), torch.full((2, 37, 3), math.nan))
-    o, f = tree_gdn_triton(q, k, v, g, beta, torch.tensor(parents), S0, out=out)
-    assert o is out[0] and torch.isfinite(o).all() and torch.isfinite(f.u).all() and torch.isfinite(f.G).all()
-    o_ref, _ = tree_gdn(q, k, v, g, beta, torch.tensor(parents), S0, impl="naive")
-    torch.testing.assert_close(o, o_ref, **TOL32)
+    out = [torch.full(s, math.nan, device=DEV) for s in ((2, 37, 3, 9), (2, 37, 3, 9), (2, 37, 3))]
+    o, f = tree_gdn_triton(*on(impl, (q, k, v, g, beta, par, S0)), out=out)
+    assert o is out[0] and all(torch.isfinite(t).all() for t in out), "an element was left unwritten"
+    o_ref, f_ref = tree_gdn(q, k, v, g, beta, par, S0, impl="naive")
+    torch.testing.assert_close(o.cpu(), o_ref, **TOL32)
+    torch.testing.assert_close(f.G.cpu(), f_ref.G, **TOL32)
 
 
 @pytest.mark.parametrize("impl", ["naive", "chunk", TRITON])
@@ -184,9 +210,9 @@ def test_bad_parents(impl):
     q, k, v, g, beta, S0 = inputs(1, 3, 1, 5, 5)
     for bad in ([-1, 2, 0], [-1, 1, 0], [-2, 0, 1], [-1, 0], [[-1, 0, 1]] * 2):
         with pytest.raises(ValueError, match="parents"):
-            tree_gdn(q, k, v, g, beta, torch.tensor(bad), S0, impl=impl)
+            tree_gdn(*on(impl, (q, k, v, g, beta, torch.tensor(bad), S0)), impl=impl)
     with pytest.raises(TypeError, match="parents"):
-        tree_gdn(q, k, v, g, beta, torch.tensor([-1.0, 0.0, 1.0]), S0, impl=impl)
+        tree_gdn(*on(impl, (q, k, v, g, beta, torch.tensor([-1.0, 0.0, 1.0]), S0)), impl=impl)
 
 
 def test_bad_impl_and_auto_is_chunk_on_cpu():

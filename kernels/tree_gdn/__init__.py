@@ -92,7 +92,7 @@ def fold(factors: Factors, path, state: torch.Tensor) -> torch.Tensor:
             if not 0 <= node < N or par[b][node] != want:
                 raise ValueError(f"path must run root-to-leaf through the forest (node indices 0..{N - 1}); "
                                  f"batch {b} step {t}: node {node} is not a child of {want}")
-    L = max(len(p) for p in paths)
+    L = max((len(p) for p in paths), default=0)
     if L == 0:
         return state.clone()
     dev = factors.k.device

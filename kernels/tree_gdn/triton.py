@@ -6,8 +6,10 @@ lower-triangular system is solved by forward substitution in the same order, and
 tl.dot. Correctness first: the whole forest must fit in one block (N <= MAX_NODES); the "auto"
 dispatcher falls back to chunk beyond that. fp32 dots use input_precision="ieee" (no TF32).
 
-Runs on CUDA, and on CPU tensors under TRITON_INTERPRET=1. The kernel is jitted on first use, so
-setting TRITON_INTERPRET after importing this module still takes effect.
+Runs on CUDA, and on CPU tensors under TRITON_INTERPRET=1. Triton decides interpreter vs compiler
+for its own standard library (tl.zeros, tl.sum, ...) when triton is FIRST imported, so the variable
+must be set before anything imports triton (importing a transformers model does); `interpreter_ready()`
+says whether it was. Our kernel itself is jitted on first use, per mode.
 """
 from __future__ import annotations
 
@@ -86,6 +88,12 @@ def _tree_gdn_fwd(q, k, v, g, beta, par, s0, o, u, G, N,
 _KERNELS: dict[bool, object] = {}
 
 
+def interpreter_ready() -> bool:
+    """True when CPU tensors can run: TRITON_INTERPRET=1 now AND when triton was imported."""
+    from triton.runtime.interpreter import InterpretedFunction
+    return bool(knobs.runtime.interpret) and isinstance(tl.zeros, InterpretedFunction)
+
+
 def _kernel():
     # Jit lazily and per mode: triton picks interpreter vs compiler when a function is decorated.
     interp = bool(knobs.runtime.interpret)
@@ -111,8 +119,9 @@ def tree_gdn_triton(q, k, v, g, beta, parents, state, out=None):
     if N > MAX_NODES or K > MAX_DIM or V > MAX_DIM:
         raise ValueError(f"impl='triton' handles N <= {MAX_NODES} nodes and K, V <= {MAX_DIM}; "
                          f"got N={N}, K={K}, V={V} (use impl='chunk')")
-    if not (q.is_cuda or knobs.runtime.interpret):
-        raise ValueError("impl='triton' needs CUDA tensors, or TRITON_INTERPRET=1 for CPU tensors")
+    if not (q.is_cuda or interpreter_ready()):
+        raise ValueError("impl='triton' needs CUDA tensors, or for CPU tensors TRITON_INTERPRET=1 set before "
+                         "triton is first imported (use impl='chunk' on CPU)")
     if out is None:
         out = (torch.empty(B, N, H, V, dtype=q.dtype, device=q.device),
                torch.empty(B, N, H, V, dtype=torch.float32, device=q.device),
