@@ -1,0 +1,182 @@
+"""HybridLM (our Qwen3.5 text forward with tree speculation) against transformers' own full forward.
+
+The reference is always ``Qwen3_5ForCausalLM(input_ids=committed + path, use_cache=False)``: no cache,
+so on CPU it runs transformers' torch fallbacks (chunked gated delta rule, F.conv1d), an
+implementation independent of ours. Tolerance 1e-4 on logits whose spread is O(1) (checked), fp32.
+The random weights are perturbed so every part counts: non-trivial norm weights, and slow decays
+(A in [0.05, 1]) so that tokens several steps back still move the GDN state.
+"""
+import math
+import random
+
+import pytest
+import torch
+from transformers import Qwen3_5ForCausalLM
+
+from speclib.models.hybrid import STRATEGIES, HybridLM, tiny_config
+
+TOL = 1e-4
+V = 64
+
+
+@pytest.fixture(scope="module")
+def model():
+    torch.manual_seed(0)
+    m = Qwen3_5ForCausalLM(tiny_config(initializer_range=0.2)).eval()
+    with torch.no_grad():
+        for name, p in m.named_parameters():
+            if "norm" in name:
+                p.add_(0.3 * torch.randn_like(p))
+            elif name.endswith("A_log"):
+                p.uniform_(math.log(0.05), math.log(1.0))
+            elif name.endswith("dt_bias"):
+                p.normal_(0.0, 0.5)
+    return m
+
+
+@torch.inference_mode()
+def ref_logits(model, seq) -> torch.Tensor:
+    """[len(seq), V]: transformers' full forward, no cache."""
+    return model(input_ids=torch.tensor([list(seq)]), use_cache=False).logits[0].float()
+
+
+def path_to(parents, node):
+    path = []
+    while node >= 0:
+        path.append(node)
+        node = parents[node]
+    return path[::-1]
+
+
+@pytest.mark.parametrize("n", [1, 3, 17, 70])       # 70 crosses the 64-token prefill chunk
+def test_prefill_matches_transformers(model, n):
+    g = torch.Generator().manual_seed(n)
+    ids = torch.randint(0, V, (n,), generator=g).tolist()
+    ref = ref_logits(model, ids)
+    assert ref[-1].std() > 0.3                       # logits are O(1): 1e-4 is a real test
+    ours = HybridLM(model, None, "cpu").reset(ids)
+    assert ours.shape == (V,)
+    assert (ours - ref[-1]).abs().max() < TOL
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_token_by_token_decode(model, strategy):
+    rng = random.Random(1)
+    seq = [rng.randrange(V) for _ in range(20)]
+    ref = ref_logits(model, seq)                     # causal: row t = logits after seq[:t + 1]
+    lm = HybridLM(model, None, "cpu", strategy=strategy)
+    errs = [(lm.reset(seq[:4]) - ref[3]).abs().max()]
+    for t in range(4, len(seq)):
+        out = lm.extend([seq[t]], [-1])
+        lm.commit([0])
+        assert out.shape == (1, V)
+        errs.append((out[0] - ref[t]).abs().max())
+    assert max(errs) < TOL, max(errs)
+
+
+def _check_nodes(model, lm, committed, tokens, parents, logits, first):
+    """Each new node's logits (rows of `logits`, nodes first..) equal a fresh forward of committed + its path."""
+    worst = 0.0
+    for r, node in enumerate(range(first, first + logits.shape[0])):
+        seq = committed + [tokens[j] for j in path_to(parents, node)]
+        worst = max(worst, float((logits[r] - ref_logits(model, seq)[-1]).abs().max()))
+    assert worst < TOL, worst
+    return worst
+
+
+@pytest.mark.parametrize("strategy", ["closed_form", "materialize"])
+def test_random_trees(model, strategy):
+    rng = random.Random(7)
+    lm = HybridLM(model, None, "cpu", strategy=strategy)
+    committed = [rng.randrange(V) for _ in range(6)]
+    lm.reset(committed)
+    sensitivity = 0.0
+    for _ in range(3):
+        tokens, parents = [], []
+        for e in range(3):                           # several extends, attaching anywhere in the forest
+            n = rng.randint(1, 5)
+            new_par = [rng.randint(-1, len(parents) + i - 1) for i in range(n)]
+            if e == 0 and n >= 2:
+                new_par[:2] = [-1, -1]               # at least two roots
+            new_tok = [rng.randrange(V) for _ in range(n)]
+            first = len(tokens)
+            tokens += new_tok
+            parents += new_par
+            out = lm.extend(new_tok, new_par)
+            assert out.shape == (n, V)
+            _check_nodes(model, lm, committed, tokens, parents, out, first)
+            deep = max(range(first, len(tokens)), key=lambda j: len(path_to(parents, j)))
+            if len(path_to(parents, deep)) > 1:      # the same token without its ancestors: must differ
+                alone = ref_logits(model, committed + [tokens[deep]])[-1]
+                sensitivity = max(sensitivity, float((out[deep - first] - alone).abs().max()))
+        pending = [st for st in lm.gdn.values()]
+        if strategy == "closed_form":                # factors per node, never a state per node
+            assert all(st.k.shape[1] == len(tokens) and not st.states for st in pending)
+        else:
+            assert all(len(st.states) == len(tokens) for st in pending)
+        path = path_to(parents, rng.randrange(len(tokens)))
+        lm.commit(path)
+        committed += [tokens[j] for j in path]
+    assert sensitivity > 100 * TOL                   # the comparison can fail
+    # After three commits, one more step still matches.
+    out = lm.extend([5], [-1])
+    assert (out[0] - ref_logits(model, committed + [5])[-1]).abs().max() < TOL
+
+
+def test_replay_chains(model):
+    rng = random.Random(3)
+    lm = HybridLM(model, None, "cpu", strategy="replay")
+    committed = [rng.randrange(V) for _ in range(5)]
+    lm.reset(committed)
+    for keep_rule in ("partial", "all", "none"):
+        tokens = []
+        for _ in range(2):                           # a draft chain grown over two extends
+            n = rng.randint(2, 4)
+            new_tok = [rng.randrange(V) for _ in range(n)]
+            new_par = list(range(len(tokens) - 1, len(tokens) + n - 1))
+            out = lm.extend(new_tok, new_par)
+            _check_nodes(model, lm, committed, tokens + new_tok, list(range(-1, len(tokens) + n - 1)),
+                         out, len(tokens))
+            tokens += new_tok
+        m = {"partial": rng.randint(1, len(tokens) - 1), "all": len(tokens), "none": 0}[keep_rule]
+        lm.commit(list(range(m)))
+        committed += tokens[:m]
+    out = lm.extend([9], [-1])
+    assert (out[0] - ref_logits(model, committed + [9])[-1]).abs().max() < TOL
+    # Trees are refused, naming the alternative, and leave the state untouched.
+    with pytest.raises(ValueError, match="closed_form"):
+        lm.extend([1, 2], [-1, -1])
+    with pytest.raises(ValueError, match="closed_form"):
+        lm.extend([1], [-1])                         # a second root beside pending node 0
+    out = lm.extend([4], [0])
+    assert (out[0] - ref_logits(model, committed + [9, 4])[-1]).abs().max() < TOL
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_bad_input(model, strategy):
+    lm = HybridLM(model, None, "cpu", strategy=strategy)
+    with pytest.raises(RuntimeError, match="reset"):
+        lm.extend([1], [-1])
+    with pytest.raises(ValueError, match="empty"):
+        lm.reset([])
+    with pytest.raises(ValueError, match="token ids"):
+        lm.reset([1, V])
+    committed = [3, 1, 4]
+    lm.reset(committed)
+    with pytest.raises(ValueError, match="topological"):
+        lm.extend([1, 2], [-1, 1])                   # a node its own parent
+    with pytest.raises(ValueError, match="topological"):
+        lm.extend([1], [0])                          # no pending node 0 yet
+    with pytest.raises(ValueError, match="as many parents"):
+        lm.extend([1, 2], [-1])
+    with pytest.raises(ValueError, match="token ids"):
+        lm.extend([V], [-1])
+    out = lm.extend([7, 8], [-1, 0])                 # the failed calls left nothing behind
+    ref = ref_logits(model, committed + [7, 8])
+    assert (out - ref[-2:]).abs().max() < TOL
+    for bad in ([1], [0, 0], [2], [-1]):
+        with pytest.raises(ValueError, match="commit path"):
+            lm.commit(bad)
+    lm.commit([0, 1])
+    with pytest.raises(ValueError, match="strategy"):
+        HybridLM(model, None, "cpu", strategy="tree")
