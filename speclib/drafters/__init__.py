@@ -1,5 +1,6 @@
 """Drafters propose a Tree from the context: `reset(prompt)`, `draft(context) -> Tree`,
 `observe(accepted_tokens)`, `check_compatible(target)`."""
 from .model import ModelDrafter
+from .tree import TreeDrafter
 
-__all__ = ["ModelDrafter"]
+__all__ = ["ModelDrafter", "TreeDrafter"]
