@@ -167,8 +167,14 @@ class HFLM(LM):
         self._start(n + keep)
 
 
-def load(name_or_path: str, device: str = "auto", dtype: torch.dtype | None = None) -> LM:
-    """A shipped checkpoint name (see `checkpoints()`), a local HF folder, or (online) an HF hub id."""
+def load(name_or_path: str, device: str = "auto", dtype: torch.dtype | None = None, impl: str = "fast") -> LM:
+    """A shipped checkpoint name (see `checkpoints()`), a local HF folder, or (online) an HF hub id.
+
+    impl="fast" uses speclib's lean forward where one exists (Llama: `models.llama.LlamaLM`);
+    impl="hf" always uses the stock transformers forward (`HFLM`), the twin the fast path is tested against.
+    """
+    if impl not in ("fast", "hf"):
+        raise ValueError(f"impl must be 'fast' or 'hf', got {impl!r}")
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
     hf_logging.disable_progress_bar()
@@ -185,4 +191,8 @@ def load(name_or_path: str, device: str = "auto", dtype: torch.dtype | None = No
     dtype = dtype or (torch.float32 if dev.type == "cpu" else torch.bfloat16)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(dev)
     tok = AutoTokenizer.from_pretrained(path)
-    return HFLM(model, tok, dev, path if Path(str(path)).is_dir() else None)
+    local = path if Path(str(path)).is_dir() else None
+    if impl == "fast" and model.config.model_type == "llama":
+        from .models.llama import LlamaLM
+        return LlamaLM(model, tok, dev, local)
+    return HFLM(model, tok, dev, local)

@@ -12,18 +12,21 @@ from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
 
 import speclib  # noqa: E402
 from speclib.lm import HFLM  # noqa: E402
+from speclib.models import LlamaLM  # noqa: E402
 
 SHIPPED = {"code-target", "code-draft"} <= set(speclib.checkpoints())
 needs_shipped = pytest.mark.skipif(not SHIPPED, reason="shipped checkpoints missing (python -m speclib.train)")
 
 
-def tiny_lm(hidden=32, layers=2, vocab=64, seed=0, max_pos=256) -> HFLM:
-    """A random tiny Llama behind the LM protocol: fast, and with a flat-ish distribution."""
+def tiny_lm(hidden=32, layers=2, vocab=64, seed=0, max_pos=256, impl="hf") -> HFLM:
+    """A random tiny Llama behind the LM protocol: fast, and with a flat-ish distribution.
+    impl "hf" = the stock transformers forward (HFLM), "fast" = speclib's lean LlamaLM."""
     torch.manual_seed(seed)
     cfg = LlamaConfig(vocab_size=vocab, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=4,
                       num_key_value_heads=2, intermediate_size=2 * hidden, max_position_embeddings=max_pos,
                       eos_token_id=None, bos_token_id=None)
-    return HFLM(LlamaForCausalLM(cfg).eval(), None, torch.device("cpu"))
+    cls = HFLM if impl == "hf" else LlamaLM
+    return cls(LlamaForCausalLM(cfg).eval(), None, torch.device("cpu"))
 
 
 @pytest.fixture

@@ -13,10 +13,13 @@ def full_logits(lm, ids):
         return lm.model(input_ids=torch.tensor([ids])).logits[0, -1].float()
 
 
+@pytest.mark.parametrize("impl", ["hf", "fast"])
 @pytest.mark.parametrize("seed", range(6))
-def test_random_trees_and_commits(seed):
+def test_random_trees_and_commits(seed, impl):
+    """Both implementations against the stock full forward: HFLM (4D mask over a DynamicCache) and
+    the lean LlamaLM (preallocated cache, SDPA); the tiny model has grouped KV heads."""
     rnd = random.Random(seed)
-    lm = tiny_lm(seed=seed)
+    lm = tiny_lm(seed=seed, impl=impl)
     committed = [rnd.randrange(64) for _ in range(rnd.randint(1, 9))]
     assert torch.allclose(lm.reset(committed), full_logits(lm, committed), atol=1e-5)
     for _ in range(4):
@@ -36,6 +39,15 @@ def test_random_trees_and_commits(seed):
         lm.commit(path)
         committed += [tokens[i] for i in path]
         assert lm.n_committed == len(committed)
+
+
+@pytest.mark.parametrize("impl", ["hf", "fast"])
+def test_greedy_decode_fast_equals_hf(impl):
+    from speclib import ModelDrafter, Sampling, generate
+    ref = generate(tiny_lm(seed=3), list(range(1, 30)), 40, sampling=Sampling(0.0)).tokens
+    target, draft = tiny_lm(seed=3, impl=impl), tiny_lm(16, 1, seed=4, impl=impl)
+    assert generate(target, list(range(1, 30)), 40, sampling=Sampling(0.0)).tokens == ref
+    assert generate(target, list(range(1, 30)), 40, drafter=ModelDrafter(draft, 3), sampling=Sampling(0.0)).tokens == ref
 
 
 def test_chain_commit_prefix_is_a_crop():

@@ -1,4 +1,6 @@
-"""Our own forwards for model families whose decoding state an HF cache cannot branch (floor 3)."""
+"""Our own forwards: families whose decoding state an HF cache cannot branch (hybrid), and a lean
+Llama forward with less per-call overhead than the stock one (floor 3)."""
 from .hybrid import STRATEGIES, HybridLM, tiny_config
+from .llama import LlamaLM
 
-__all__ = ["HybridLM", "STRATEGIES", "tiny_config"]
+__all__ = ["HybridLM", "LlamaLM", "STRATEGIES", "tiny_config"]
