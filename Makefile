@@ -36,8 +36,8 @@ lab: venv
 
 train: venv
 	$(BIN)/python -m speclib.train tokenizer
-	$(BIN)/python -m speclib.train model code-target --steps 2600 --minutes 72
-	$(BIN)/python -m speclib.train model code-draft --steps 1500 --minutes 20 --distill-from code-target
+	$(BIN)/python -m speclib.train model code-target --steps 1950 --minutes 100
+	$(BIN)/python -m speclib.train model code-draft --steps 1700 --minutes 16 --distill-from code-target
 
 bench: venv
 	$(BIN)/python -m speclib.bench

@@ -4,13 +4,14 @@
     out = speclib.generate(target, target.encode("def f(x):\\n"), 64,
                            drafter=speclib.ModelDrafter(draft, k=4), sampling=speclib.Sampling(0.0))
 """
-from . import stats
+from . import data, stats
 from .acceptance import Lossless
 from .drafters import ModelDrafter
 from .generate import Generation, generate
-from .lm import LM, HFLM, checkpoints, load
+from .lm import LM, HFLM, checkpoints
+from .loading import load
 from .sampling import Sampling
 from .tree import Tree
 
 __all__ = ["LM", "HFLM", "Generation", "Lossless", "ModelDrafter", "Sampling", "Tree", "checkpoints",
-           "generate", "load", "stats"]
+           "data", "generate", "load", "stats"]

@@ -86,7 +86,8 @@ def hf_assisted(target: LM, draft: LM, prompt_ids, max_new_tokens: int, k: int):
 
 
 def main(argv=None):
-    from . import data, lm as lm_mod, stats
+    from . import data, stats
+    from .loading import load
     ap = argparse.ArgumentParser(prog="python -m speclib.bench", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--target", default="code-target")
@@ -95,7 +96,7 @@ def main(argv=None):
     ap.add_argument("--max-new-tokens", type=int, default=96)
     ap.add_argument("--k-max", type=int, default=6)
     a = ap.parse_args(argv)
-    target, draft = lm_mod.load(a.target), lm_mod.load(a.draft)
+    target, draft = load(a.target), load(a.draft)
     prompts = [target.encode(r["prompt"]) for r in data.load_workload("code_stdlib", a.prompts)]
     greedy = Sampling(0.0)
     prof = cost_profile(target, draft, range(1, a.k_max + 1))

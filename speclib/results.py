@@ -65,6 +65,7 @@ def save(df: pd.DataFrame, name: str, root: str | Path | None = None) -> Path:
     os.close(fd)
     try:
         df.to_parquet(tmp)
+        os.chmod(tmp, 0o644)              # mkstemp makes 0600; results are ordinary readable files
         os.replace(tmp, out)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

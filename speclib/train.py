@@ -200,7 +200,7 @@ Llama architecture, {n_params / 1e6:.2f}M parameters (tied embeddings), {model.c
 hidden {model.config.hidden_size}, vocabulary {model.config.vocab_size} (the shared byte-level BPE in `data/checkpoints/tokenizer`).
 Weights stored in bf16.
 
-- Command: `python -m speclib.train model {name} ...` (resumable; see `speclib/train.py`, preset `{name}`).
+- Command: `python -m speclib.train {' '.join(sys.argv[1:]) or 'model ' + name}` (resumable; preset `{name}` in `speclib/train.py`).
 - Data: the Python {sys.version.split()[0]} standard library's non-test source, split by file (every
   {data.HELDOUT_EVERY}th file held out); {'distilled from `' + distill_from + '` (KL to its softmax, mixed with next-token loss)' if distill_from else 'next-token loss'}.
 - Tokens seen: {last['tokens'] / 1e6:.2f}M in {last['step']} steps; training wall time {last['seconds'] / 60:.1f} min on 2 CPU cores (bf16 autocast).

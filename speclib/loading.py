@@ -1,0 +1,39 @@
+"""`speclib.load`: a checkpoint name or path -> an LM, picking speclib's own forward where one exists."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from .lm import CHECKPOINTS, HFLM, LM, checkpoints, pick_device
+from .models.llama import LlamaLM
+
+
+def load(name_or_path: str, device: str = "auto", dtype: torch.dtype | None = None, impl: str = "fast") -> LM:
+    """A shipped checkpoint name (see `checkpoints()`), a local HF folder, or (online) an HF hub id.
+
+    impl="fast" uses speclib's lean forward where one exists (Llama: `models.llama.LlamaLM`);
+    impl="hf" always uses the stock transformers forward (`HFLM`), the twin the fast path is tested against.
+    """
+    if impl not in ("fast", "hf"):
+        raise ValueError(f"impl must be 'fast' or 'hf', got {impl!r}")
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+    hf_logging.disable_progress_bar()
+    shipped = checkpoints()
+    if name_or_path in shipped:
+        path = CHECKPOINTS / name_or_path
+    elif Path(name_or_path).is_dir():
+        path = Path(name_or_path)
+    elif "/" in str(name_or_path) and not str(name_or_path).startswith((".", "/")):
+        path = name_or_path                       # a hub id: needs network, which this project never assumes
+    else:
+        raise ValueError(f"unknown checkpoint {name_or_path!r}: not a shipped name {shipped}, nor a local folder")
+    dev = pick_device(device)
+    dtype = dtype or (torch.float32 if dev.type == "cpu" else torch.bfloat16)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(dev)
+    tok = AutoTokenizer.from_pretrained(path)
+    local = path if Path(str(path)).is_dir() else None
+    if impl == "fast" and model.config.model_type == "llama":
+        return LlamaLM(model, tok, dev, local)
+    return HFLM(model, tok, dev, local)
