@@ -27,28 +27,41 @@ def _sync(device) -> None:
         torch.mps.synchronize()
 
 
+def _timed_extend(lm: LM, tokens: list[int]) -> float:
+    _sync(lm.device)
+    t0 = time.perf_counter()
+    lm.extend(tokens, list(range(-1, len(tokens) - 1)))
+    _sync(lm.device)
+    dt = time.perf_counter() - t0
+    lm.commit([])
+    return dt
+
+
+def latencies(cases: list[tuple[LM, int]], prefix_len: int = 128, repeats: int = 30, warmup: int = 5) -> list[float]:
+    """Median seconds of one extend() scoring n new chain tokens over a cached prefix, for each
+    (lm, n) case. The cases are timed round-robin, so a burst of machine noise hits them all alike
+    instead of biasing whichever was being timed at that moment."""
+    gen = torch.Generator().manual_seed(0)
+    for lm in {id(lm): lm for lm, _ in cases}.values():
+        lm.reset(torch.randint(0, lm.vocab_size, (prefix_len,), generator=gen).tolist())
+    tokens = [torch.randint(0, lm.vocab_size, (n,), generator=gen).tolist() for lm, n in cases]
+    times = [[] for _ in cases]
+    for _ in range(warmup + repeats):
+        for (lm, _), toks, ts in zip(cases, tokens, times):
+            ts.append(_timed_extend(lm, toks))
+    return [statistics.median(ts[warmup:]) for ts in times]
+
+
 def forward_latency(lm: LM, n: int, prefix_len: int = 128, repeats: int = 30, warmup: int = 5) -> float:
     """Median seconds of one extend() scoring n new chain tokens over a cached prefix."""
-    gen = torch.Generator().manual_seed(0)
-    lm.reset(torch.randint(0, lm.vocab_size, (prefix_len,), generator=gen).tolist())
-    tokens = torch.randint(0, lm.vocab_size, (n,), generator=gen).tolist()
-    times = []
-    for i in range(warmup + repeats):
-        _sync(lm.device)
-        t0 = time.perf_counter()
-        lm.extend(tokens, list(range(-1, n - 1)))
-        _sync(lm.device)
-        times.append(time.perf_counter() - t0)
-        lm.commit([])
-    return statistics.median(times[warmup:])
+    return latencies([(lm, n)], prefix_len, repeats, warmup)[0]
 
 
 def cost_profile(target: LM, draft: LM, ks=range(1, 9), prefix_len: int = 128, repeats: int = 30) -> dict:
     """c = T_draft(1)/T_target(1) and v(K) = T_target(K+1)/T_target(1), measured side by side."""
-    t1 = forward_latency(target, 1, prefix_len, repeats)
-    d1 = forward_latency(draft, 1, prefix_len, repeats)
-    v = {k: forward_latency(target, k + 1, prefix_len, repeats) / t1 for k in ks}
-    return {"target_1": t1, "draft_1": d1, "c": d1 / t1, "v": v}
+    ks = list(ks)
+    t1, d1, *tk = latencies([(target, 1), (draft, 1)] + [(target, k + 1) for k in ks], prefix_len, repeats)
+    return {"target_1": t1, "draft_1": d1, "c": d1 / t1, "v": {k: t / t1 for k, t in zip(ks, tk)}}
 
 
 def expected_tokens(alpha: float, k: int) -> float:
