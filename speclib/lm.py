@@ -59,6 +59,22 @@ class LM:
     def eos_token_id(self) -> int | None:
         return self.tokenizer.eos_token_id if self.tokenizer is not None else None
 
+    # --- argument checks shared by every implementation ----------------------------------------
+    def _prompt_ids(self, prompt_ids) -> torch.Tensor:
+        ids = torch.as_tensor(list(prompt_ids), dtype=torch.long, device=self.device)
+        if ids.numel() == 0:
+            raise ValueError("prompt_ids is empty: give at least one prompt token")
+        if ids.numel() > self.max_length:
+            raise ValueError(f"prompt has {ids.numel()} tokens, beyond the context of {self.max_length}")
+        return ids
+
+    @staticmethod
+    def _extend_args(tokens, parents) -> tuple[list[int], list[int]]:
+        tokens, parents = list(tokens), list(parents)
+        if len(tokens) != len(parents) or not tokens:
+            raise ValueError(f"extend needs as many parents as tokens (>= 1), got {len(tokens)} and {len(parents)}")
+        return tokens, parents
+
     # --- pending-node bookkeeping -------------------------------------------------------------
     def _start(self, n_prompt: int) -> None:
         self.n_committed = n_prompt
@@ -109,11 +125,7 @@ class HFLM(LM):
     @torch.inference_mode()
     def reset(self, prompt_ids) -> torch.Tensor:
         from transformers import DynamicCache
-        ids = torch.as_tensor(list(prompt_ids), dtype=torch.long, device=self.device)
-        if ids.numel() == 0:
-            raise ValueError("prompt_ids is empty: give at least one prompt token")
-        if ids.numel() > self.max_length:
-            raise ValueError(f"prompt has {ids.numel()} tokens, beyond the context of {self.max_length}")
+        ids = self._prompt_ids(prompt_ids)
         self.cache = DynamicCache(config=self.model.config)
         self._start(ids.numel())
         out = self.model(input_ids=ids[None], cache=self.cache, use_cache=True)
@@ -126,9 +138,7 @@ class HFLM(LM):
 
     @torch.inference_mode()
     def extend(self, tokens, parents) -> torch.Tensor:
-        tokens, parents = list(tokens), list(parents)
-        if len(tokens) != len(parents) or not tokens:
-            raise ValueError(f"extend needs as many parents as tokens (>= 1), got {len(tokens)} and {len(parents)}")
+        tokens, parents = self._extend_args(tokens, parents)
         chain = self._is_chain_continuation(parents)
         old = len(self.pending_parents)
         depths = self._add_pending(parents)

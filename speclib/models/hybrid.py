@@ -134,11 +134,7 @@ class HybridLM(LM):
     @torch.inference_mode()
     def reset(self, prompt_ids) -> torch.Tensor:
         """Prefill a chain from the zero state. prompt_ids: [N] ints. Returns logits [V] (fp32) at the last one."""
-        ids = torch.as_tensor(list(prompt_ids), dtype=torch.long, device=self.device)
-        if ids.numel() == 0:
-            raise ValueError("prompt_ids is empty: give at least one prompt token")
-        if ids.numel() > self.max_length:
-            raise ValueError(f"prompt has {ids.numel()} tokens, beyond the context of {self.max_length}")
+        ids = self._prompt_ids(prompt_ids)
         self._check_tokens(ids)
         N, dt, dev = ids.numel(), next(self.model.parameters()).dtype, self.device
         self._start(N)
@@ -160,9 +156,7 @@ class HybridLM(LM):
     def extend(self, tokens, parents) -> torch.Tensor:
         """Add pending nodes. tokens, parents: [n] ints (parent -1 = committed tip, else an earlier pending
         node, possibly from an earlier extend). Returns logits [n, V] (fp32), one row per new node."""
-        tokens, parents = list(tokens), list(parents)
-        if len(tokens) != len(parents) or not tokens:
-            raise ValueError(f"extend needs as many parents as tokens (>= 1), got {len(tokens)} and {len(parents)}")
+        tokens, parents = self._extend_args(tokens, parents)
         if self.gdn is None:
             raise RuntimeError("call reset(prompt_ids) before extend")
         old = len(self.pending_parents)

@@ -40,11 +40,7 @@ class LlamaLM(HFLM):
 
     @torch.inference_mode()
     def reset(self, prompt_ids) -> torch.Tensor:
-        ids = torch.as_tensor(list(prompt_ids), dtype=torch.long, device=self.device)
-        if ids.numel() == 0:
-            raise ValueError("prompt_ids is empty: give at least one prompt token")
-        if ids.numel() > self.max_length:
-            raise ValueError(f"prompt has {ids.numel()} tokens, beyond the context of {self.max_length}")
+        ids = self._prompt_ids(prompt_ids)
         self._start(0)
         logits = self._forward(ids, torch.arange(ids.numel(), device=self.device), 0, "causal")
         self._start(ids.numel())
@@ -52,9 +48,7 @@ class LlamaLM(HFLM):
 
     @torch.inference_mode()
     def extend(self, tokens, parents) -> torch.Tensor:
-        tokens, parents = list(tokens), list(parents)
-        if len(tokens) != len(parents) or not tokens:
-            raise ValueError(f"extend needs as many parents as tokens (>= 1), got {len(tokens)} and {len(parents)}")
+        tokens, parents = self._extend_args(tokens, parents)
         chain = self._is_chain_continuation(parents)
         old = len(self.pending_parents)
         depths = self._add_pending(parents)
