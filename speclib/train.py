@@ -30,12 +30,18 @@ STATE = REPO / "build" / "train"
 EOS = "<|endoftext|>"
 VOCAB = 4096
 
-# Llama presets. The target is sized so its 1-token forward is >= 8x slower than the draft's.
+# Presets (Llama unless arch says otherwise). The target is sized so its 1-token forward is >= 8x
+# slower than the draft's; hybrid-target is the Qwen3.5 text architecture (Gated DeltaNet : gated
+# attention = 3 : 1) at about code-target's size, for notebook 03.
 PRESETS = {
     "code-target": dict(hidden_size=512, num_hidden_layers=8, num_attention_heads=8,
                         num_key_value_heads=8, intermediate_size=1408, lr=1.5e-3),
     "code-draft": dict(hidden_size=192, num_hidden_layers=2, num_attention_heads=3,
                        num_key_value_heads=3, intermediate_size=512, lr=3e-3),
+    "hybrid-target": dict(arch="qwen3_5", hidden_size=512, num_hidden_layers=8, num_attention_heads=8,
+                          num_key_value_heads=2, head_dim=64, linear_num_key_heads=4,
+                          linear_num_value_heads=8, linear_key_head_dim=64, linear_value_head_dim=64,
+                          linear_conv_kernel_dim=4, intermediate_size=1408, lr=1.5e-3),
 }
 
 
@@ -76,12 +82,16 @@ def token_stream(split: str, tokenizer) -> np.ndarray:
 
 
 def make_model(name: str, tokenizer):
-    from transformers import LlamaConfig, LlamaForCausalLM
-    p = {k: v for k, v in PRESETS[name].items() if k != "lr"}
-    cfg = LlamaConfig(vocab_size=len(tokenizer), max_position_embeddings=1024, tie_word_embeddings=True,
-                      bos_token_id=tokenizer.eos_token_id, eos_token_id=tokenizer.eos_token_id,
-                      pad_token_id=tokenizer.eos_token_id, rope_theta=10000.0, **p)
-    return LlamaForCausalLM(cfg)
+    import transformers
+    p = {k: v for k, v in PRESETS[name].items() if k not in ("lr", "arch")}
+    eos = tokenizer.eos_token_id
+    common = dict(vocab_size=len(tokenizer), max_position_embeddings=1024, tie_word_embeddings=True,
+                  bos_token_id=eos, eos_token_id=eos, pad_token_id=eos, **p)
+    if PRESETS[name].get("arch") == "qwen3_5":
+        cfg = transformers.Qwen3_5TextConfig(**common)   # derives layer_types 3:1, rope from defaults
+        return transformers.Qwen3_5ForCausalLM(cfg)
+    cfg = transformers.LlamaConfig(rope_theta=10000.0, **common)
+    return transformers.LlamaForCausalLM(cfg)
 
 
 def batch(stream: np.ndarray, bsz: int, seq: int, gen: torch.Generator) -> torch.Tensor:
@@ -175,6 +185,9 @@ def train_model(name: str, steps: int, minutes: float, bsz: int = 8, seq: int = 
     return export(name, model, tok, held, distill_from)
 
 
+ARCH_NAMES = {"llama": "Llama", "qwen3_5_text": "Qwen3.5 text (Gated DeltaNet : gated attention = 3 : 1)"}
+
+
 def export(name: str, model, tok, held: np.ndarray, distill_from: str | None) -> Path:
     """HF folder (bf16 safetensors + tokenizer) and a model card written from the training log."""
     out = CHECKPOINTS / name
@@ -196,7 +209,7 @@ def export(name: str, model, tok, held: np.ndarray, distill_from: str | None) ->
     last = log[-1]
     card = f"""# {name}
 
-Llama architecture, {n_params / 1e6:.2f}M parameters (tied embeddings), {model.config.num_hidden_layers} layers,
+{ARCH_NAMES.get(model.config.model_type, model.config.model_type)} architecture, {n_params / 1e6:.2f}M parameters (tied embeddings), {model.config.num_hidden_layers} layers,
 hidden {model.config.hidden_size}, vocabulary {model.config.vocab_size} (the shared byte-level BPE in `data/checkpoints/tokenizer`).
 Weights stored in bf16.
 
