@@ -6,12 +6,12 @@
 """
 from . import data, stats
 from .acceptance import Lossless
-from .drafters import ModelDrafter
-from .generate import Generation, generate
+from .drafters import ModelDrafter, SelfDrafter, TreeDrafter
+from .generate import Generation, generate, generate_batch
 from .lm import LM, HFLM, checkpoints
 from .loading import load
 from .sampling import Sampling
 from .tree import Tree
 
-__all__ = ["LM", "HFLM", "Generation", "Lossless", "ModelDrafter", "Sampling", "Tree", "checkpoints",
-           "data", "generate", "load", "stats"]
+__all__ = ["LM", "HFLM", "Generation", "Lossless", "ModelDrafter", "SelfDrafter", "Sampling", "Tree",
+           "TreeDrafter", "checkpoints", "data", "generate", "generate_batch", "load", "stats"]

@@ -45,6 +45,63 @@ def _check(target: LM, prompt_ids, max_new_tokens, drafter, sampling) -> list[in
     return prompt
 
 
+class _Run:
+    """One request's decoding state: the loop body of `generate`, split so that a batch of requests
+    can share the verify pass (`generate_batch`)."""
+
+    def __init__(self, target: LM, prompt_ids, max_new_tokens, drafter, acceptor, sampling, seed, eos_token_id):
+        self.prompt = _check(target, prompt_ids, max_new_tokens, drafter, sampling)
+        self.target, self.drafter, self.sampling = target, drafter, sampling
+        self.acceptor = acceptor or Lossless()
+        self.max_new_tokens = max_new_tokens
+        self.eos = target.eos_token_id if eos_token_id == -1 else eos_token_id
+        self.gen = torch.Generator().manual_seed(seed)
+        self.steps: list[dict] = []
+        self.t_start = time.perf_counter()
+        self.root = sample(probs(target.reset(self.prompt), sampling), self.gen)
+        if drafter is not None:
+            drafter.reset(self.prompt, sampling, self.gen)
+        self.out = [self.root]
+        self.done = self.root == self.eos or max_new_tokens <= 1
+
+    def draft(self) -> tuple[list[int], list[int]]:
+        """Draft a tree; return the tokens and parents to verify (the root token first)."""
+        t0 = time.perf_counter()
+        self.tree = self.drafter.draft(self.prompt + self.out) if self.drafter is not None else Tree([], [])
+        self.draft_s = time.perf_counter() - t0
+        return [self.root] + self.tree.tokens, [-1] + [p + 1 for p in self.tree.parents]
+
+    def finish(self, logits: torch.Tensor, verify_s: float) -> None:
+        """Accept from the verify pass's logits, commit, and record the step."""
+        t0 = time.perf_counter()
+        tree = self.tree
+        path, self.root = self.acceptor(tree, probs(logits, self.sampling), self.sampling.greedy, self.gen)
+        self.target.commit([0] + [i + 1 for i in path])
+        accepted = [tree.tokens[i] for i in path]
+        if self.drafter is not None:
+            self.drafter.observe(accepted)
+        self.out += accepted + [self.root]
+        self.done = (len(self.out) >= self.max_new_tokens or self.root == self.eos
+                     or (self.eos is not None and self.eos in accepted))
+        self.steps.append({"drafted": len(tree), "accepted": len(path), "source": tree.source if len(tree) else None,
+                           "draft_s": self.draft_s, "verify_s": verify_s + time.perf_counter() - t0})
+
+    def result(self) -> Generation:
+        out = _truncate(self.out, self.max_new_tokens, self.eos)
+        seconds = time.perf_counter() - self.t_start
+        drafted = sum(s["drafted"] for s in self.steps)
+        stats = {
+            "steps": self.steps,
+            "new_tokens": len(out),
+            "target_calls": len(self.steps),          # verify passes after the prefill
+            "acceptance_rate": sum(s["accepted"] for s in self.steps) / drafted if drafted else float("nan"),
+            "tokens_per_call": len(out) / max(1, len(self.steps) + 1),   # the prefill's pass yields the first token
+            "seconds": seconds,
+            "tokens_per_s": len(out) / seconds,
+        }
+        return Generation(out, self.target.decode(out) if self.target.tokenizer is not None else "", stats)
+
+
 def generate(target: LM, prompt_ids, max_new_tokens: int = 128, drafter=None, acceptor=None,
              sampling: Sampling = Sampling(), seed: int = 0, eos_token_id: int | None = -1) -> Generation:
     """Decode up to max_new_tokens new tokens from `target`, speculatively when a drafter is given.
@@ -52,46 +109,46 @@ def generate(target: LM, prompt_ids, max_new_tokens: int = 128, drafter=None, ac
     Stops exactly at max_new_tokens, and at EOS even inside an accepted block (pass
     eos_token_id=None to ignore EOS). All randomness comes from one torch.Generator seeded by `seed`.
     """
-    prompt = _check(target, prompt_ids, max_new_tokens, drafter, sampling)
-    acceptor = acceptor or Lossless()
-    eos = target.eos_token_id if eos_token_id == -1 else eos_token_id
-    gen = torch.Generator().manual_seed(seed)
-    steps = []
-    t_start = time.perf_counter()
-    root = sample(probs(target.reset(prompt), sampling), gen)
-    if drafter is not None:
-        drafter.reset(prompt, sampling, gen)
-    out = [root]
-    done = root == eos
-    while len(out) < max_new_tokens and not done:
+    run = _Run(target, prompt_ids, max_new_tokens, drafter, acceptor, sampling, seed, eos_token_id)
+    while not run.done:
+        tokens, parents = run.draft()
         t0 = time.perf_counter()
-        tree = drafter.draft(prompt + out) if drafter is not None else Tree([], [])
-        t1 = time.perf_counter()
-        logits = target.extend([root] + tree.tokens, [-1] + [p + 1 for p in tree.parents])
-        p = probs(logits, sampling)
-        path, root = acceptor(tree, p, sampling.greedy, gen)
-        target.commit([0] + [i + 1 for i in path])
-        accepted = [tree.tokens[i] for i in path]
-        if drafter is not None:
-            drafter.observe(accepted)
-        t2 = time.perf_counter()
-        out += accepted + [root]
-        done = eos is not None and eos in accepted or root == eos
-        steps.append({"drafted": len(tree), "accepted": len(path), "source": tree.source if len(tree) else None,
-                      "draft_s": t1 - t0, "verify_s": t2 - t1})
-    out = _truncate(out, max_new_tokens, eos)
-    seconds = time.perf_counter() - t_start
-    drafted = sum(s["drafted"] for s in steps)
-    stats = {
-        "steps": steps,
-        "new_tokens": len(out),
-        "target_calls": len(steps),          # verify passes after the prefill
-        "acceptance_rate": sum(s["accepted"] for s in steps) / drafted if drafted else float("nan"),
-        "tokens_per_call": len(out) / max(1, len(steps) + 1),   # the prefill's pass yields the first token
-        "seconds": seconds,
-        "tokens_per_s": len(out) / seconds,
-    }
-    return Generation(out, target.decode(out) if target.tokenizer is not None else "", stats)
+        logits = target.extend(tokens, parents)
+        run.finish(logits, time.perf_counter() - t0)
+    return run.result()
+
+
+def generate_batch(targets: list, prompts: list, max_new_tokens: int = 128, drafters: list | None = None,
+                   acceptor=None, sampling: Sampling = Sampling(), seed: int = 0,
+                   eos_token_id: int | None = -1) -> list[Generation]:
+    """Decode several requests together: each step every unfinished request drafts its own tree, and
+    all trees are verified in ONE target forward (`extend_batch`); acceptance and commits stay per
+    request, so each request's output is exactly what `generate` would give it with seed `seed + r`.
+
+    targets: one LM per request over the same model (`HybridLM.view()`), whose class provides a
+    batched extend (`models.hybrid.extend_batch`). drafters: one per request (or None: plain AR).
+    """
+    from .models.hybrid import extend_batch
+    if len(prompts) != len(targets) or (drafters is not None and len(drafters) != len(targets)):
+        raise ValueError(f"need one target view (and drafter) per prompt: got {len(targets)} targets, "
+                         f"{len(prompts)} prompts, {len(drafters) if drafters is not None else 0} drafters")
+    drafters = drafters if drafters is not None else [None] * len(targets)
+    if len({id(d) for d in drafters if d is not None}) != sum(d is not None for d in drafters):
+        raise ValueError("each request needs its own drafter (its draft model keeps per-request state)")
+    t_start = time.perf_counter()
+    runs = [_Run(t, p, max_new_tokens, d, acceptor, sampling, seed + r, eos_token_id)
+            for r, (t, p, d) in enumerate(zip(targets, prompts, drafters))]
+    while live := [r for r in runs if not r.done]:
+        drafts = [r.draft() for r in live]
+        t0 = time.perf_counter()
+        logits = extend_batch([r.target for r in live], [d[0] for d in drafts], [d[1] for d in drafts])
+        verify_s = time.perf_counter() - t0
+        for r, lg in zip(live, logits):
+            r.finish(lg, verify_s)
+    results = [r.result() for r in runs]
+    for g in results:
+        g.stats["batch_seconds"] = time.perf_counter() - t_start
+    return results
 
 
 def _truncate(out: list[int], max_new_tokens: int, eos: int | None) -> list[int]:

@@ -84,15 +84,15 @@ class LM:
     def _add_pending(self, parents: list[int]) -> list[int]:
         """Validate and record new nodes; return their depths."""
         check_parents(parents, offset=len(self.pending_parents))
-        depths = []
+        all_depths = list(self.pending_depths)
         for p in parents:
-            d = 0 if p < 0 else self.pending_depths[p] + 1
-            self.pending_parents.append(p)
-            self.pending_depths.append(d)
-            depths.append(d)
-        if self.n_committed + max(depths, default=0) + 1 > self.max_length:
+            all_depths.append(0 if p < 0 else all_depths[p] + 1)
+        depths = all_depths[len(self.pending_depths):]
+        if self.n_committed + max(depths, default=0) + 1 > self.max_length:   # checked before recording
             raise ValueError(f"sequence would reach {self.n_committed + max(depths) + 1} tokens, beyond the "
                              f"model's context of {self.max_length}")
+        self.pending_parents += parents
+        self.pending_depths += depths
         return depths
 
     def _check_path(self, path: list[int]) -> None:

@@ -6,7 +6,10 @@ from pathlib import Path
 import torch
 
 from .lm import CHECKPOINTS, HFLM, LM, checkpoints, pick_device
+from .models.hybrid import HybridLM
 from .models.llama import LlamaLM
+
+HYBRID_TYPES = ("qwen3_5", "qwen3_5_text")      # Gated DeltaNet + attention: no stock tree support
 
 
 def load(name_or_path: str, device: str = "auto", dtype: torch.dtype | None = None, impl: str = "fast") -> LM:
@@ -14,6 +17,9 @@ def load(name_or_path: str, device: str = "auto", dtype: torch.dtype | None = No
 
     impl="fast" uses speclib's lean forward where one exists (Llama: `models.llama.LlamaLM`);
     impl="hf" always uses the stock transformers forward (`HFLM`), the twin the fast path is tested against.
+    Hybrid Qwen3.5 models always load as `models.hybrid.HybridLM` (strategy "closed_form"; other
+    strategies and per-request states through `.view(...)`): a stock cache cannot hold a tree of
+    recurrent states.
     """
     if impl not in ("fast", "hf"):
         raise ValueError(f"impl must be 'fast' or 'hf', got {impl!r}")
@@ -34,6 +40,8 @@ def load(name_or_path: str, device: str = "auto", dtype: torch.dtype | None = No
     model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(dev)
     tok = AutoTokenizer.from_pretrained(path)
     local = path if Path(str(path)).is_dir() else None
+    if model.config.model_type in HYBRID_TYPES:
+        return HybridLM(model, tok, dev, path=local)
     if impl == "fast" and model.config.model_type == "llama":
         return LlamaLM(model, tok, dev, local)
     return HFLM(model, tok, dev, local)

@@ -13,7 +13,7 @@ import pytest
 import torch
 from transformers import Qwen3_5ForCausalLM
 
-from speclib.models.hybrid import STRATEGIES, HybridLM, tiny_config
+from speclib.models.hybrid import STRATEGIES, HybridLM, extend_batch, tiny_config
 
 TOL = 1e-4
 V = 64
@@ -180,3 +180,60 @@ def test_bad_input(model, strategy):
     lm.commit([0, 1])
     with pytest.raises(ValueError, match="strategy"):
         HybridLM(model, None, "cpu", strategy="tree")
+
+
+def test_extend_batch_equals_separate_extends(model):
+    """Three requests (different prompts, strategies, tree shapes, an earlier pending tree) verified in
+    one forward give each request exactly what its own extend gives, and commits stay independent."""
+    rng = random.Random(11)
+    base = HybridLM(model, None, "cpu")
+    lms = [base.view(), base.view(strategy="materialize"), base.view(strategy="replay")]
+    solo = [base.view(), base.view(strategy="materialize"), base.view(strategy="replay")]
+    prompts = [[rng.randrange(V) for _ in range(n)] for n in (3, 9, 5)]
+    for lm, s, p in zip(lms, solo, prompts):
+        assert (lm.reset(p) - s.reset(p)).abs().max() == 0
+    for step in range(3):
+        toks = [[rng.randrange(V) for _ in range(n)] for n in (4, 1, 3)]
+        pars = [[-1, -1, 0, 2], [-1], [-1, 0, 1]]    # a forest, one node, a chain (replay)
+        together = extend_batch(lms, toks, pars)
+        for lm, s, t, p, out in zip(lms, solo, toks, pars, together):
+            assert out.shape == (len(t), V)
+            assert (out - s.extend(t, p)).abs().max() < TOL      # float32 GEMMs block differently
+        paths = [[0, 2], [0] if step else [], list(range(step % 3 + 1))]
+        for lm, s, path in zip(lms, solo, paths):
+            lm.commit(path); s.commit(path)
+    with pytest.raises(ValueError, match="own HybridLM"):
+        extend_batch([lms[0], lms[0]], [[1], [2]], [[-1], [-1]])
+    other = HybridLM(Qwen3_5ForCausalLM(tiny_config()).eval(), None, "cpu")
+    other.reset([1, 2])
+    with pytest.raises(ValueError, match="same model"):
+        extend_batch([lms[0], other], [[1], [2]], [[-1], [-1]])
+    # A bad request anywhere in the batch records nothing for any request.
+    with pytest.raises(ValueError, match="topological"):
+        extend_batch(lms, [[1], [2], [3]], [[-1], [-1], [5]])
+    assert all(not lm.pending_parents for lm in lms)
+    for lm, s in zip(lms, solo):
+        assert (lm.extend([7], [-1]) - s.extend([7], [-1])).abs().max() < TOL
+
+
+def test_skip_attention_is_the_linear_subgraph(model):
+    """skip_attention=True equals transformers' forward of the same model with its full-attention
+    decoder layers removed (the self-speculative draft of component-aware speculation)."""
+    import copy
+    ablated = copy.deepcopy(model)
+    keep = [i for i, t in enumerate(model.config.layer_types) if t == "linear_attention"]
+    ablated.model.layers = torch.nn.ModuleList(ablated.model.layers[i] for i in keep)
+    ablated.config.layer_types = ["linear_attention"] * len(keep)
+    ablated.config.num_hidden_layers = len(keep)
+    for j, layer in enumerate(ablated.model.layers):
+        layer.linear_attn.layer_idx = j
+    rng = random.Random(5)
+    committed = [rng.randrange(V) for _ in range(7)]
+    lm = HybridLM(model, None, "cpu").view(skip_attention=True)
+    assert lm.kv == {} or lm.kv is None
+    assert (lm.reset(committed) - ref_logits(ablated, committed)[-1]).abs().max() < TOL
+    full = HybridLM(model, None, "cpu").reset(committed)
+    assert (lm.reset(committed) - full).abs().max() > 100 * TOL     # skipping the layers matters
+    tokens, parents = [4, 9, 2, 6], [-1, 0, 0, 2]
+    out = lm.extend(tokens, parents)
+    _check_nodes(ablated, lm, committed, tokens, parents, out, 0)

@@ -1,6 +1,6 @@
 """Drafters propose a Tree from the context: `reset(prompt)`, `draft(context) -> Tree`,
 `observe(accepted_tokens)`, `check_compatible(target)`."""
-from .model import ModelDrafter
+from .model import ModelDrafter, SelfDrafter
 from .tree import TreeDrafter
 
-__all__ = ["ModelDrafter", "TreeDrafter"]
+__all__ = ["ModelDrafter", "SelfDrafter", "TreeDrafter"]

@@ -50,3 +50,15 @@ class ModelDrafter:
         keep = self.n_tail + min(len(accepted), self.k - 1)
         self.lm.commit(list(range(keep)))
         self.fed += keep
+
+
+class SelfDrafter(ModelDrafter):
+    """Component-aware self-speculation: the target's own linear-attention subgraph (every
+    full-attention decoder layer skipped) drafts a chain of k tokens. It shares the target's weights
+    and keeps its own recurrent states; only hybrid LMs (`models.hybrid.HybridLM`) have such a subgraph."""
+
+    def __init__(self, target: LM, k: int = 4, sampling: Sampling | None = None):
+        if not callable(getattr(target, "view", None)) or not hasattr(target, "skip_attention"):
+            raise TypeError(f"SelfDrafter needs a hybrid LM (speclib.models.hybrid.HybridLM), got "
+                            f"{type(target).__name__}: an attention-only model has no linear subgraph")
+        super().__init__(target.view(skip_attention=True), k, sampling)

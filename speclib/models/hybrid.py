@@ -18,6 +18,8 @@ All three give the same logits; they differ in transient memory and latency (not
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 
@@ -101,14 +103,30 @@ class _GDNState:
         self.live = None                       # replay: state after the last pending node
 
 
+@dataclass
+class _Request:
+    """One LM's share of a (possibly batched) forward: its new tokens and where they attach."""
+    lm: "HybridLM"
+    ids: torch.Tensor            # [N] token ids
+    pos: torch.Tensor            # [N] positions
+    allowed: torch.Tensor        # [N, T] attention mask over that LM's whole KV after appending
+    conv_parents: torch.Tensor   # parents of the sequence the conv runs over (prefill: the prompt chain)
+    old: int                     # pending nodes before this call
+    prefill: bool
+
+
 class HybridLM(LM):
     """A Qwen3.5 text model (``Qwen3_5ForCausalLM``) as an LM with tree speculation on its GDN layers.
 
     strategy: "closed_form" (trees; per-node factors, fold on commit), "materialize" (trees; a full
     state per pending node), "replay" (chains only; snapshot + re-run on commit).
+    skip_attention: run only the linear-attention subgraph (every full-attention decoder layer, its
+    MLP included, is skipped): the self-speculative draft of component-aware speculation.
+    Several HybridLMs over one model (see `view`) can verify their trees in one forward: `extend_batch`.
     """
 
-    def __init__(self, model, tokenizer=None, device=None, strategy: str = "closed_form"):
+    def __init__(self, model, tokenizer=None, device=None, strategy: str = "closed_form",
+                 skip_attention: bool = False, path=None):
         if strategy not in STRATEGIES:
             raise ValueError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
         self.model = model.eval()
@@ -122,6 +140,9 @@ class HybridLM(LM):
         self.strategy = strategy
         self.max_length = self.config.max_position_embeddings
         self.is_gdn = [t == "linear_attention" for t in self.config.layer_types]
+        self.skip_attention = skip_attention
+        self.layers = [i for i, g in enumerate(self.is_gdn) if g or not skip_attention]
+        self.path = path                  # the checkpoint folder, when loaded from one
         self._start(0)
         self.kv: dict[int, tuple[torch.Tensor, torch.Tensor]] | None = None
         self.gdn: dict[int, _GDNState] | None = None
@@ -129,6 +150,12 @@ class HybridLM(LM):
     @property
     def vocab_size(self) -> int:
         return self.config.vocab_size
+
+    def view(self, strategy: str | None = None, skip_attention: bool | None = None) -> "HybridLM":
+        """Another HybridLM over the same weights with its own decoding state (one per request in a batch,
+        or the linear-only self-draft)."""
+        return HybridLM(self.model, self.tokenizer, self.device, strategy or self.strategy,
+                        self.skip_attention if skip_attention is None else skip_attention, self.path)
 
     # --- the protocol ---------------------------------------------------------------------------
     @torch.inference_mode()
@@ -139,7 +166,8 @@ class HybridLM(LM):
         N, dt, dev = ids.numel(), next(self.model.parameters()).dtype, self.device
         self._start(N)
         self.kv, self.gdn = {}, {}
-        for i, layer in enumerate(self.text.layers):
+        for i in self.layers:
+            layer = self.text.layers[i]
             if self.is_gdn[i]:
                 la = layer.linear_attn
                 S = torch.zeros(1, la.num_v_heads, la.head_k_dim, la.head_v_dim, device=dev)
@@ -150,12 +178,15 @@ class HybridLM(LM):
                 self.kv[i] = (empty, empty)
         pos = torch.arange(N, device=dev)
         causal = torch.ones(N, N, dtype=torch.bool, device=dev).tril()
-        return self._forward(ids, pos, causal, pos - 1, 0, prefill=True)[-1]
+        return _forward([_Request(self, ids, pos, causal, pos - 1, 0, True)])[0][-1]
 
-    @torch.inference_mode()
     def extend(self, tokens, parents) -> torch.Tensor:
         """Add pending nodes. tokens, parents: [n] ints (parent -1 = committed tip, else an earlier pending
         node, possibly from an earlier extend). Returns logits [n, V] (fp32), one row per new node."""
+        return extend_batch([self], [tokens], [parents])[0]
+
+    def _request(self, tokens, parents) -> _Request:
+        """Check an extend's arguments, record the new pending nodes, and describe them for the forward."""
         tokens, parents = self._extend_args(tokens, parents)
         if self.gdn is None:
             raise RuntimeError("call reset(prompt_ids) before extend")
@@ -171,7 +202,7 @@ class HybridLM(LM):
         depths = self._add_pending(parents)
         pos = torch.tensor(depths, device=self.device) + self.n_committed
         all_parents = torch.tensor(self.pending_parents, device=self.device)
-        return self._forward(ids, pos, self._tree_allowed(old), all_parents, old, prefill=False)
+        return _Request(self, ids, pos, self._tree_allowed(old), all_parents, old, False)
 
     @torch.inference_mode()
     def commit(self, path) -> None:
@@ -215,76 +246,6 @@ class HybridLM(LM):
             anc[i, i] = True
         return torch.cat([torch.ones(P - old, n, dtype=torch.bool), anc[old:]], 1).to(self.device)
 
-    def _forward(self, ids, pos, allowed, conv_parents, old, prefill):
-        """ids, pos: [N]; allowed: [N, T] attention mask over the whole KV after appending; conv_parents:
-        parents of the sequence the conv runs over (prefill: the prompt chain; extend: all pending nodes);
-        old: pending nodes before this call. Returns logits [N, V] fp32."""
-        h = self.text.embed_tokens(ids[None])
-        # Text-only: the three mrope grids share one position, so the rotary is plain (partial) RoPE.
-        cos, sin = self.text.rotary_emb(h, pos[None])
-        for i, layer in enumerate(self.text.layers):
-            x = layer.input_layernorm(h)
-            if self.is_gdn[i]:
-                x = self._gdn(layer.linear_attn, self.gdn[i], x, conv_parents, old, prefill)
-            else:
-                x = self._attn(layer.self_attn, i, x, cos, sin, allowed)
-            h = h + x
-            h = h + layer.mlp(layer.post_attention_layernorm(h))
-        return self.model.lm_head(self.text.norm(h))[0].float()
-
-    def _attn(self, at, i, x, cos, sin, allowed):
-        """Gated attention (Qwen3_5Attention) of x [1, N, D] over the cache + these N positions."""
-        N, hd = x.shape[1], at.head_dim
-        # q_proj packs [q_h, gate_h] per head.
-        q, gate = at.q_proj(x).view(1, N, -1, 2 * hd).chunk(2, dim=-1)
-        q = at.q_norm(q).transpose(1, 2)                                         # [1, Hq, N, hd]
-        k = at.k_norm(at.k_proj(x).view(1, N, -1, hd)).transpose(1, 2)          # [1, Hkv, N, hd]
-        v = at.v_proj(x).view(1, N, -1, hd).transpose(1, 2)
-        q, k = _rotary(q, cos, sin), _rotary(k, cos, sin)
-        K, V = (torch.cat([c, new], 2) for c, new in zip(self.kv[i], (k, v)))
-        self.kv[i] = (K, V)
-        rep = q.shape[1] // K.shape[1]                                          # grouped-query heads
-        att = (q @ K.repeat_interleave(rep, 1).transpose(-1, -2)) * at.scaling
-        att = att.masked_fill(~allowed, float("-inf")).softmax(-1, dtype=torch.float32).to(q.dtype)
-        o = (att @ V.repeat_interleave(rep, 1)).transpose(1, 2).reshape(1, N, -1)
-        return at.o_proj(o * torch.sigmoid(gate.reshape(1, N, -1)))
-
-    def _gdn(self, la, st: _GDNState, x, conv_parents, old, prefill):
-        """Gated DeltaNet (Qwen3_5GatedDeltaNet) of x [1, N, D]; updates st. Returns [1, N, D]."""
-        N = x.shape[1]
-        mixed = la.in_proj_qkv(x)                                  # [1, N, Dc] conv inputs (q | k | v)
-        z = la.in_proj_z(x).reshape(1, N, -1, la.head_v_dim)
-        b, a = la.in_proj_b(x), la.in_proj_a(x)
-        # Path-dependent conv: each node over its ancestors (earlier extends included), then the tail.
-        seq = mixed if prefill else _cat(st.x, mixed)
-        conv = tree_conv1d(seq, conv_parents, st.tail, la.conv1d.weight.squeeze(1), la.conv1d.bias,
-                           la.activation)[:, -N:]
-        if prefill:
-            W1 = st.tail.shape[1]
-            full = torch.cat([st.tail, mixed], 1)
-            st.tail = full[:, full.shape[1] - W1:]
-        else:
-            st.x = seq
-        q, k, v = conv.split([la.key_dim, la.key_dim, la.value_dim], -1)
-        rep = la.num_v_heads // la.num_k_heads                     # each q/k head serves `rep` value heads
-        q = (_l2norm(q.reshape(1, N, -1, la.head_k_dim).float()) * la.head_k_dim ** -0.5).repeat_interleave(rep, 2)
-        k = _l2norm(k.reshape(1, N, -1, la.head_k_dim).float()).repeat_interleave(rep, 2)
-        v = v.reshape(1, N, -1, la.head_v_dim).float()
-        beta = b.sigmoid().float()
-        g = -la.A_log.float().exp() * F.softplus(a.float() + la.dt_bias.float())
-        if prefill:
-            o, st.S = _chain(q, k, v, g, beta, st.S)
-        elif self.strategy == "closed_form":
-            o = self._closed_form(st, q, k, v, g, beta, old)
-        elif self.strategy == "materialize":
-            o = self._materialize(st, q, k, v, g, beta, old)
-        else:
-            o, st.live = _chain(q, k, v, g, beta, st.S if old == 0 else st.live)
-            new = (q, k, v, g, beta)
-            st.inputs = new if st.inputs is None else tuple(torch.cat(p, 1) for p in zip(st.inputs, new))
-        o = la.norm(o.to(x.dtype).reshape(-1, la.head_v_dim), z.reshape(-1, la.head_v_dim))
-        return la.out_proj(o.reshape(1, N, -1))
-
     def _closed_form(self, st, q, k, v, g, beta, old):
         """tree_gdn over the N new nodes; returns o [1, N, H, V] and appends their factors to st.
 
@@ -324,3 +285,116 @@ class HybridLM(LM):
             o[0, j] = oj[0]
             st.states.append(Sj)
         return o
+
+
+@torch.inference_mode()
+def extend_batch(lms: list[HybridLM], tokens: list, parents: list) -> list[torch.Tensor]:
+    """`lm.extend(tokens[r], parents[r])` for every request r in ONE forward: the projections, MLPs and
+    the LM head run once over all requests' new nodes (the weights are read once, which is what a
+    verify pass costs on a memory-bound device); attention and the gated delta rule run per request
+    over its own cache and state. The LMs must share one model (see `HybridLM.view`). Returns one
+    [n_r, V] fp32 logits tensor per request."""
+    if not lms or len({id(lm.model) for lm in lms}) != 1 or len({lm.skip_attention for lm in lms}) != 1:
+        raise ValueError("extend_batch needs one or more HybridLMs over the same model and layers "
+                         "(make them with lm.view())")
+    if len(lms) != len(tokens) or len(lms) != len(parents):
+        raise ValueError(f"got {len(lms)} LMs, {len(tokens)} token lists and {len(parents)} parent lists")
+    if len({id(lm) for lm in lms}) != len(lms):
+        raise ValueError("each request needs its own HybridLM (decoding state); make them with lm.view()")
+    for lm in lms:
+        if lm.gdn is None:
+            raise RuntimeError("call reset(prompt_ids) before extend")
+    reqs = []
+    try:
+        for lm, t, p in zip(lms, tokens, parents):
+            reqs.append(lm._request(t, p))
+    except Exception:                       # a bad request: undo the earlier ones, nothing is recorded
+        for r in reqs:
+            del r.lm.pending_parents[r.old:], r.lm.pending_depths[r.old:]
+        raise
+    return _forward(reqs)
+
+
+def _forward(reqs: list[_Request]) -> list[torch.Tensor]:
+    """The decoder over the requests' new tokens, concatenated along the token axis. Returns per-request
+    logits [N_r, V] fp32 and updates each request's LM state."""
+    lm0 = reqs[0].lm
+    sizes = [r.ids.numel() for r in reqs]
+    h = lm0.text.embed_tokens(torch.cat([r.ids for r in reqs])[None])
+    # Text-only: the three mrope grids share one position, so the rotary is plain (partial) RoPE.
+    cos, sin = lm0.text.rotary_emb(h, torch.cat([r.pos for r in reqs])[None])
+    rot = list(zip(cos.split(sizes, 1), sin.split(sizes, 1)))
+    for i in lm0.layers:
+        layer = lm0.text.layers[i]
+        x = layer.input_layernorm(h)
+        x = _gdn(layer.linear_attn, i, x, reqs, sizes) if lm0.is_gdn[i] else _attn(layer.self_attn, i, x, rot, reqs, sizes)
+        h = h + x
+        h = h + layer.mlp(layer.post_attention_layernorm(h))
+    return list(lm0.model.lm_head(lm0.text.norm(h))[0].float().split(sizes))
+
+
+def _attn(at, i, x, rot, reqs, sizes):
+    """Gated attention (Qwen3_5Attention) of x [1, N, D] (all requests); each request's queries attend
+    over its own cache plus its new positions."""
+    N, hd = x.shape[1], at.head_dim
+    # q_proj packs [q_h, gate_h] per head.
+    q, gate = at.q_proj(x).view(1, N, -1, 2 * hd).chunk(2, dim=-1)
+    q = at.q_norm(q).transpose(1, 2)                                         # [1, Hq, N, hd]
+    k = at.k_norm(at.k_proj(x).view(1, N, -1, hd)).transpose(1, 2)          # [1, Hkv, N, hd]
+    v = at.v_proj(x).view(1, N, -1, hd).transpose(1, 2)
+    outs = []
+    for r, (cos, sin), qr, kr, vr in zip(reqs, rot, q.split(sizes, 2), k.split(sizes, 2), v.split(sizes, 2)):
+        qr, kr = _rotary(qr, cos, sin), _rotary(kr, cos, sin)
+        K, V = (torch.cat([c, new], 2) for c, new in zip(r.lm.kv[i], (kr, vr)))
+        r.lm.kv[i] = (K, V)
+        rep = qr.shape[1] // K.shape[1]                                     # grouped-query heads
+        att = (qr @ K.repeat_interleave(rep, 1).transpose(-1, -2)) * at.scaling
+        att = att.masked_fill(~r.allowed, float("-inf")).softmax(-1, dtype=torch.float32).to(qr.dtype)
+        outs.append(att @ V.repeat_interleave(rep, 1))
+    o = torch.cat(outs, 2).transpose(1, 2).reshape(1, N, -1)
+    return at.o_proj(o * torch.sigmoid(gate.reshape(1, N, -1)))
+
+
+def _gdn(la, i, x, reqs, sizes):
+    """Gated DeltaNet (Qwen3_5GatedDeltaNet) of x [1, N, D] (all requests); updates each request's
+    layer-i state. Returns [1, N, D]."""
+    N = x.shape[1]
+    mixed = la.in_proj_qkv(x)                                  # [1, N, Dc] conv inputs (q | k | v)
+    z = la.in_proj_z(x).reshape(1, N, -1, la.head_v_dim)
+    b, a = la.in_proj_b(x), la.in_proj_a(x)
+    convs = []
+    for r, m in zip(reqs, mixed.split(sizes, 1)):
+        st = r.lm.gdn[i]
+        # Path-dependent conv: each node over its ancestors (earlier extends included), then the tail.
+        seq = m if r.prefill else _cat(st.x, m)
+        convs.append(tree_conv1d(seq, r.conv_parents, st.tail, la.conv1d.weight.squeeze(1), la.conv1d.bias,
+                                 la.activation)[:, -m.shape[1]:])
+        if r.prefill:
+            W1 = st.tail.shape[1]
+            full = torch.cat([st.tail, m], 1)
+            st.tail = full[:, full.shape[1] - W1:]
+        else:
+            st.x = seq
+    q, k, v = torch.cat(convs, 1).split([la.key_dim, la.key_dim, la.value_dim], -1)
+    rep = la.num_v_heads // la.num_k_heads                     # each q/k head serves `rep` value heads
+    q = (_l2norm(q.reshape(1, N, -1, la.head_k_dim).float()) * la.head_k_dim ** -0.5).repeat_interleave(rep, 2)
+    k = _l2norm(k.reshape(1, N, -1, la.head_k_dim).float()).repeat_interleave(rep, 2)
+    v = v.reshape(1, N, -1, la.head_v_dim).float()
+    beta = b.sigmoid().float()
+    g = -la.A_log.float().exp() * F.softplus(a.float() + la.dt_bias.float())
+    outs = []
+    for r, qr, kr, vr, gr, br in zip(reqs, *(t.split(sizes, 1) for t in (q, k, v, g, beta))):
+        st, lm = r.lm.gdn[i], r.lm
+        if r.prefill:
+            o, st.S = _chain(qr, kr, vr, gr, br, st.S)
+        elif lm.strategy == "closed_form":
+            o = lm._closed_form(st, qr, kr, vr, gr, br, r.old)
+        elif lm.strategy == "materialize":
+            o = lm._materialize(st, qr, kr, vr, gr, br, r.old)
+        else:
+            o, st.live = _chain(qr, kr, vr, gr, br, st.S if r.old == 0 else st.live)
+            new = (qr, kr, vr, gr, br)
+            st.inputs = new if st.inputs is None else tuple(torch.cat(p, 1) for p in zip(st.inputs, new))
+        outs.append(o)
+    o = la.norm(torch.cat(outs, 1).to(x.dtype).reshape(-1, la.head_v_dim), z.reshape(-1, la.head_v_dim))
+    return la.out_proj(o.reshape(1, N, -1))

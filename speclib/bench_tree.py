@@ -1,0 +1,176 @@
+"""Measurements for tree speculation on hybrid models (notebook 03): verification latency and
+speculative-state memory per strategy, the batch-wide node budget, and self-speculation quality.
+
+Strategies (speclib.models.hybrid): "closed_form" (factors, fold on commit), "materialize" (a full
+state per node), and "replay" — which cannot take a tree, so a tree is verified branch by branch:
+one chain extend per root-to-leaf path, the prior art for stacks without tree support.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+
+from .bench import _sync
+from .kernels.tree_gdn import recurrent_gated_delta_rule, tree_gdn
+from .models.hybrid import extend_batch
+
+
+def random_tree(n: int, depth: int, gen: torch.Generator) -> list[int]:
+    """Parents of an n-node draft-like forest under the root: level sizes grow then shrink as in
+    confidence-expanded trees; each node's parent is a node of the previous level, earlier (higher-
+    ranked) nodes more likely. Depth is at most `depth`."""
+    levels = max(1, min(depth, n))
+    w = torch.linspace(1.0, 2.0, levels) * torch.linspace(2.0, 1.0, levels)      # bulge in the middle
+    sizes = [1] * levels
+    for _ in range(n - levels):
+        sizes[int(torch.multinomial(w, 1, generator=gen))] += 1
+    parents, prev = [], [-1]
+    for s in sizes:
+        weights = 1.0 / torch.arange(1, len(prev) + 1, dtype=torch.float)
+        cur = []
+        for _ in range(s):
+            parents.append(prev[int(torch.multinomial(weights, 1, generator=gen))])
+            cur.append(len(parents) - 1)
+        prev = cur
+    return parents
+
+
+def leaf_paths(parents: list[int]) -> list[list[int]]:
+    """Root-to-leaf node paths of a forest."""
+    has_child = set(p for p in parents if p >= 0)
+    paths = []
+    for leaf in (i for i in range(len(parents)) if i not in has_child):
+        path, node = [], leaf
+        while node >= 0:
+            path.append(node)
+            node = parents[node]
+        paths.append(path[::-1])
+    return paths
+
+
+def verify_once(views: list, tokens: list[int], parents: list[int]) -> float:
+    """Seconds to score every node of one tree per request (all requests in one forward), then drop
+    the nodes. Views in "replay" mode verify branch by branch."""
+    dev = views[0].device
+    _sync(dev)
+    t0 = time.perf_counter()
+    if views[0].strategy == "replay":
+        for path in leaf_paths(parents):
+            chain = [tokens[j] for j in path]
+            extend_batch(views, [chain] * len(views), [list(range(-1, len(chain) - 1))] * len(views))
+            for v in views:
+                v.commit([])
+    else:
+        extend_batch(views, [tokens] * len(views), [parents] * len(views))
+    _sync(dev)
+    dt = time.perf_counter() - t0
+    for v in views:
+        v.commit([])
+    return dt
+
+
+def tree_latency(target, strategies, sizes, batches, prefix_len: int = 128, repeats: int = 10,
+                 warmup: int = 2, depth: int = 6, seed: int = 0) -> list[dict]:
+    """Median verify seconds per (strategy, tree size, batch). Each request gets its own random prefix
+    of prefix_len tokens; the cases of one (size, batch) are timed round-robin across strategies."""
+    gen = torch.Generator().manual_seed(seed)
+    rows = []
+    views = {(s, b): [target.view(strategy=s) for _ in range(b)] for s in strategies for b in batches}
+    for b in batches:
+        prefixes = [torch.randint(0, target.vocab_size, (prefix_len,), generator=gen).tolist() for _ in range(b)]
+        for s in strategies:
+            for v, p in zip(views[s, b], prefixes):
+                v.reset(p)
+        for n in sizes:
+            parents = random_tree(n, depth, gen)
+            tokens = torch.randint(0, target.vocab_size, (n,), generator=gen).tolist()
+            times = {s: [] for s in strategies}
+            for _ in range(warmup + repeats):
+                for s in strategies:
+                    times[s].append(verify_once(views[s, b], tokens, parents))
+            for s in strategies:
+                rows.append(dict(strategy=s, nodes=n, batch=b, depth=max(len(p) for p in leaf_paths(parents)),
+                                 branches=len(leaf_paths(parents)), seconds=statistics.median(times[s][warmup:])))
+    return rows
+
+
+def state_bytes(lm) -> int:
+    """Bytes of speculative (pending) recurrent state an LM holds right now, over all GDN layers:
+    factors (closed_form), per-node states (materialize), or the pending inputs plus the live state
+    (replay). The committed state itself is not counted: every strategy keeps exactly one."""
+    total = 0
+    for st in lm.gdn.values():
+        tensors = [st.k, st.u, st.G, st.x] + list(st.states) + list(st.inputs or []) + [st.live]
+        total += sum(t.numel() * t.element_size() for t in tensors if t is not None)
+    return total
+
+
+def layer_state_bytes(n: int, heads: int, dk: int, dv: int, depth: int = 6, seed: int = 0,
+                      time_it: bool = True, repeats: int = 5) -> dict:
+    """One Gated DeltaNet layer at a given head shape, a random n-node tree over a random state:
+    speculative bytes held per strategy (measured on the returned tensors: closed_form's factors
+    k [n, H, K], u [n, H, V], G [n, H], in fp32 and as bf16 storage; materialize's n states [H, K, V]
+    fp32) and, if time_it, the median seconds of tree_gdn vs the node-by-node recurrence."""
+    gen = torch.Generator().manual_seed(seed)
+    parents = random_tree(n, depth, gen)
+    q = torch.nn.functional.normalize(torch.randn(1, n, heads, dk, generator=gen), dim=-1) * dk ** -0.5
+    k = torch.nn.functional.normalize(torch.randn(1, n, heads, dk, generator=gen), dim=-1)
+    v = torch.randn(1, n, heads, dv, generator=gen)
+    g = -torch.rand(1, n, heads, generator=gen)
+    beta = torch.rand(1, n, heads, generator=gen)
+    S = torch.randn(1, heads, dk, dv, generator=gen) * 0.1
+    par = torch.tensor(parents)
+
+    def closed():
+        return tree_gdn(q, k, v, g, beta, par, S)
+
+    def materialize():
+        states = []
+        for j, p in enumerate(parents):
+            Sp = S[0] if p < 0 else states[p]
+            states.append(recurrent_gated_delta_rule(q[0, j:j + 1], k[0, j:j + 1], v[0, j:j + 1],
+                                                     g[0, j:j + 1], beta[0, j:j + 1], Sp)[2])
+        return states
+
+    _, f = closed()
+    factor_elems = f.k.numel() + f.u.numel() + f.G.numel()
+    states = materialize()
+    out = dict(nodes=n, heads=heads, dk=dk, dv=dv,
+               closed_form_fp32_bytes=factor_elems * 4, closed_form_bf16_bytes=factor_elems * 2,
+               materialize_bytes=sum(s.numel() * s.element_size() for s in states))
+    if time_it:
+        for name, fn in (("closed_form", closed), ("materialize", materialize)):
+            fn()
+            ts = []
+            for _ in range(repeats):
+                t0 = time.perf_counter(); fn(); ts.append(time.perf_counter() - t0)
+            out[f"{name}_seconds"] = statistics.median(ts)
+    return out
+
+
+def choose_budget(latency: dict[int, float], batch: int, slack: float = 0.25) -> int:
+    """The batch-wide node budget: the most nodes per verify pass whose latency stays within
+    (1 + slack) of scoring one token per request. Below that knee an extra node costs almost nothing
+    (the pass reads the weights once whatever its width), beyond it each node costs compute, so the
+    budget shrinks per request as the batch grows. latency: {total nodes: seconds} profiled at start
+    on this batch size (it must include `batch`)."""
+    if batch not in latency:
+        raise ValueError(f"the latency profile must include one node per request ({batch}), has {sorted(latency)}")
+    base = latency[batch]
+    return max(n for n, t in latency.items() if t <= (1 + slack) * base)
+
+
+@torch.inference_mode()
+def heldout_loss(lm, ids: list[int], window: int = 256) -> float:
+    """Mean next-token loss of an LM (through reset + one chain extend per window) over token ids."""
+    losses = []
+    for s in range(0, len(ids) - window, window):
+        w = ids[s:s + window + 1]
+        first = lm.reset(w[:1])
+        rest = lm.extend(w[1:-1], list(range(-1, window - 2)))
+        logits = torch.cat([first[None], rest])
+        losses.append(torch.nn.functional.cross_entropy(logits, torch.tensor(w[1:]), reduction="none"))
+        lm.commit([])
+    return float(torch.cat(losses).mean())
