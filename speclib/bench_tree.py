@@ -150,26 +150,32 @@ def layer_state_bytes(n: int, heads: int, dk: int, dv: int, depth: int = 6, seed
     return out
 
 
-def choose_budget(latency: dict[int, float], batch: int, slack: float = 0.25) -> int:
-    """The batch-wide node budget: the most nodes per verify pass whose latency stays within
-    (1 + slack) of scoring one token per request. Below that knee an extra node costs almost nothing
-    (the pass reads the weights once whatever its width), beyond it each node costs compute, so the
-    budget shrinks per request as the batch grows. latency: {total nodes: seconds} profiled at start
-    on this batch size (it must include `batch`)."""
-    if batch not in latency:
-        raise ValueError(f"the latency profile must include one node per request ({batch}), has {sorted(latency)}")
-    base = latency[batch]
-    return max(n for n, t in latency.items() if t <= (1 + slack) * base)
+def choose_budget(verify_s: dict[int, float], batch: int, tokens_per_call: dict[int, float],
+                  draft_s: dict[int, float]) -> tuple[int, dict[int, float]]:
+    """The tree budget per request for a batch, from a cost model profiled at start.
+
+    verify_s[n]: seconds of one verify pass at this batch size with n nodes per request (the batch
+    shares the pass); tokens_per_call[n] and draft_s[n]: tokens gained per step and seconds of
+    drafting per step for one request with an n-node tree (a short pilot run). Drafting is sequential
+    per request, verification is shared, so the batch's throughput with budget n is
+        batch * E(n) / (batch * D(n) + T_batch(n)),
+    and the budget is its argmax. Returns (n, {n: predicted tokens per second})."""
+    common = sorted(set(verify_s) & set(tokens_per_call) & set(draft_s))
+    if not common:
+        raise ValueError(f"no budget measured in all three profiles: verify {sorted(verify_s)}, "
+                         f"tokens/call {sorted(tokens_per_call)}, draft {sorted(draft_s)}")
+    rate = {n: batch * tokens_per_call[n] / (batch * draft_s[n] + verify_s[n]) for n in common}
+    return max(rate, key=rate.get), rate
 
 
 @torch.inference_mode()
-def heldout_loss(lm, ids: list[int], window: int = 256) -> float:
-    """Mean next-token loss of an LM (through reset + one chain extend per window) over token ids."""
+def heldout_loss(lm, windows: list[list[int]]) -> float:
+    """Mean next-token loss of an LM over token windows (each scored from its first token: reset on
+    it, then one chain extend over the rest)."""
     losses = []
-    for s in range(0, len(ids) - window, window):
-        w = ids[s:s + window + 1]
+    for w in windows:
         first = lm.reset(w[:1])
-        rest = lm.extend(w[1:-1], list(range(-1, window - 2)))
+        rest = lm.extend(w[1:-1], list(range(-1, len(w) - 3)))
         logits = torch.cat([first[None], rest])
         losses.append(torch.nn.functional.cross_entropy(logits, torch.tensor(w[1:]), reduction="none"))
         lm.commit([])

@@ -66,20 +66,28 @@ def test_layer_state_bytes_formula():
 
 
 def test_choose_budget():
-    lat = {4: 1.0, 8: 1.05, 16: 1.2, 32: 1.6, 64: 3.0}
-    assert bench_tree.choose_budget(lat, 4, slack=0.25) == 16
-    assert bench_tree.choose_budget(lat, 4, slack=0.0) == 4
-    with pytest.raises(ValueError, match="one node per request"):
-        bench_tree.choose_budget(lat, 2)
+    # verification nearly free up to 16 nodes, then linear; acceptance saturates; drafting grows
+    verify = {1: 1.0, 4: 1.02, 16: 1.2, 64: 3.0}
+    tokens = {1: 1.6, 4: 2.4, 16: 3.2, 64: 3.4}
+    draft = {1: 0.05, 4: 0.1, 16: 0.2, 64: 0.4}
+    n, rate = bench_tree.choose_budget(verify, 1, tokens, draft)
+    assert n == 16 and rate[16] == pytest.approx(3.2 / 1.4)
+    # a batch of 4 shares the pass (here 4x the cost of one request's) but drafts 4 trees
+    n4, _ = bench_tree.choose_budget({k: 4 * v for k, v in verify.items()}, 4, tokens,
+                                     {k: 8 * v for k, v in draft.items()})
+    assert n4 == 4
+    with pytest.raises(ValueError, match="no budget"):
+        bench_tree.choose_budget({8: 1.0}, 1, tokens, draft)
 
 
 def test_heldout_loss_matches_full_forward(lm):
-    ids = [random.Random(4).randrange(64) for _ in range(70)]
-    ours = bench_tree.heldout_loss(lm, ids, window=32)
+    rng = random.Random(4)
+    windows = [[rng.randrange(64) for _ in range(n)] for n in (33, 20)]
+    ours = bench_tree.heldout_loss(lm, windows)
     with torch.no_grad():
         ref = []
-        for s in (0, 32):
-            w = torch.tensor([ids[s:s + 33]])
+        for w in windows:
+            w = torch.tensor([w])
             logits = lm.model(input_ids=w[:, :-1], use_cache=False).logits[0]
             ref.append(torch.nn.functional.cross_entropy(logits, w[0, 1:], reduction="none"))
     assert abs(ours - float(torch.cat(ref).mean())) < 1e-4

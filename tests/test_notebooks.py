@@ -41,3 +41,25 @@ def test_01_baseline_smoke(out):
     assert chi[chi.method == "speclib"].p.between(0, 1).all()
     for name in ["exact_math", "chi2", "speedup", "acceptance", "assisted"]:
         assert (out / "figures" / f"01_baseline_{name}.png").stat().st_size > 10_000
+
+
+@needs_shipped
+def test_03_tree_hybrid_smoke(out):
+    from speclib.notebooks import run
+    run(REPO / "notebooks/03_tree_hybrid.ipynb", out / "03.ipynb", {"SMOKE": True})
+    res = out / "results" / "03_tree_hybrid"
+    layer = pd.read_parquet(res / "layer.parquet")
+    assert (layer.materialize_bytes > layer.closed_form_fp32_bytes).all()
+    qwen = layer[layer.dk == 128]
+    assert (qwen.memory_ratio_bf16 > 120).all()          # K·V·2/(K+V+1) = 127.5 at K = V = 128
+    verify = pd.read_parquet(res / "verify.parquet")
+    assert set(verify.strategy) == {"closed_form", "materialize", "replay"} and verify.seconds.gt(0).all()
+    budget = pd.read_parquet(res / "budget.parquet")
+    assert budget.groupby("batch").chosen.sum().eq(1).all()
+    decode = pd.read_parquet(res / "decode.parquet")
+    assert (decode.identical == decode["of"]).all()      # every SD output equals AR, batch 1 and batch > 1
+    assert set(decode.batch) == {1, 2}
+    self_spec = pd.read_parquet(res / "selfspec.parquet")
+    assert self_spec.acceptance_rate.between(0, 1).all()
+    for name in ["layer", "verify", "budget", "decode", "selfspec"]:
+        assert (out / "figures" / f"03_tree_hybrid_{name}.png").stat().st_size > 10_000
