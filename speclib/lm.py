@@ -95,6 +95,33 @@ class LM:
         self.pending_depths += depths
         return depths
 
+    def _is_chain_continuation(self, parents: list[int]) -> bool:
+        base = len(self.pending_parents)
+        return all(p == base + i - 1 for i, p in enumerate(parents)) and \
+            self.pending_parents == list(range(-1, base - 1))
+
+    def _new_nodes(self, tokens, parents) -> tuple[torch.Tensor, torch.Tensor, int, bool]:
+        """Check and record an extend's nodes. Returns ids [n], positions [n] (committed length + depth),
+        the number of pending nodes before them, and whether they continue a pending chain."""
+        tokens, parents = self._extend_args(tokens, parents)
+        chain = self._is_chain_continuation(parents)
+        old = len(self.pending_parents)
+        depths = self._add_pending(parents)
+        ids = torch.tensor(tokens, dtype=torch.long, device=self.device)
+        pos = torch.tensor(depths, dtype=torch.long, device=self.device) + self.n_committed
+        return ids, pos, old, chain
+
+    def _tree_allowed(self, old: int) -> torch.Tensor:
+        """[new, committed + pending] bool: each node added after the first `old` pending ones sees the
+        committed prefix and its ancestors-or-self."""
+        n, P = self.n_committed, len(self.pending_parents)
+        anc = torch.zeros(P, P, dtype=torch.bool)
+        for i, p in enumerate(self.pending_parents):
+            if p >= 0:
+                anc[i] = anc[p]
+            anc[i, i] = True
+        return torch.cat([torch.ones(P - old, n, dtype=torch.bool), anc[old:]], 1).to(self.device)
+
     def _check_path(self, path: list[int]) -> None:
         prev = -1
         for node in path:
@@ -131,36 +158,18 @@ class HFLM(LM):
         out = self.model(input_ids=ids[None], cache=self.cache, use_cache=True)
         return out.logits[0, -1].float()
 
-    def _is_chain_continuation(self, parents: list[int]) -> bool:
-        base = len(self.pending_parents)
-        return all(p == base + i - 1 for i, p in enumerate(parents)) and \
-            self.pending_parents == list(range(-1, base - 1))
-
     @torch.inference_mode()
     def extend(self, tokens, parents) -> torch.Tensor:
-        tokens, parents = self._extend_args(tokens, parents)
-        chain = self._is_chain_continuation(parents)
-        old = len(self.pending_parents)
-        depths = self._add_pending(parents)
-        ids = torch.tensor([tokens], dtype=torch.long, device=self.device)
-        pos = torch.tensor([depths], dtype=torch.long, device=self.device) + self.n_committed
-        mask = None if chain else self._tree_mask(old)
-        out = self.model(input_ids=ids, position_ids=pos, attention_mask=mask,
+        ids, pos, old, chain = self._new_nodes(tokens, parents)
+        mask = None
+        if not chain:        # [1, 1, new, committed + pending] additive: prefix + ancestors-or-self
+            allowed = self._tree_allowed(old)
+            mask = torch.zeros(allowed.shape, dtype=self.dtype, device=self.device)
+            mask.masked_fill_(~allowed, torch.finfo(self.dtype).min)
+            mask = mask[None, None]
+        out = self.model(input_ids=ids[None], position_ids=pos[None], attention_mask=mask,
                          cache=self.cache, use_cache=True)
         return out.logits[0].float()
-
-    def _tree_mask(self, old: int) -> torch.Tensor:
-        """[1, 1, new, committed + pending] additive mask: committed prefix + ancestors-or-self."""
-        n, total = self.n_committed, len(self.pending_parents)
-        anc = torch.zeros(total, total, dtype=torch.bool)
-        for i, p in enumerate(self.pending_parents):
-            if p >= 0:
-                anc[i] = anc[p]
-            anc[i, i] = True
-        allowed = torch.cat([torch.ones(total - old, n, dtype=torch.bool), anc[old:]], dim=1)
-        mask = torch.zeros(allowed.shape, dtype=self.dtype)
-        mask.masked_fill_(~allowed, torch.finfo(self.dtype).min)
-        return mask[None, None].to(self.device)
 
     @torch.inference_mode()
     def commit(self, path) -> None:

@@ -1,6 +1,7 @@
 """Build a notebook from a plain-text source: cells separated by lines '# %% [markdown]' / '# %%'.
 
     python tools/nbbuild.py notebooks/src/01_baseline.py notebooks/01_baseline.ipynb
+    python tools/nbbuild.py --source notebooks/01_baseline.ipynb notebooks/src/01_baseline.py   (the reverse)
 
 The first code cell is tagged `parameters` for papermill. Outputs are never written.
 """
@@ -40,5 +41,19 @@ def build(src: str, dst: str) -> None:
     nbformat.write(nb, dst)
 
 
+def source(src: str, dst: str) -> None:
+    """Write a notebook's cells back as the plain-text source `build` reads."""
+    parts = []
+    for c in nbformat.read(src, 4).cells:
+        if c.cell_type == "markdown":
+            parts.append("# %% [markdown]\n" + "\n".join(("# " + l).rstrip() for l in c.source.splitlines()))
+        else:
+            parts.append("# %%\n" + c.source)
+    open(dst, "w").write("\n\n".join(parts) + "\n")
+
+
 if __name__ == "__main__":
-    build(sys.argv[1], sys.argv[2])
+    if sys.argv[1] == "--source":
+        source(sys.argv[2], sys.argv[3])
+    else:
+        build(sys.argv[1], sys.argv[2])

@@ -236,16 +236,6 @@ class HybridLM(LM):
             raise ValueError(f"token ids must lie in [0, {self.vocab_size}), got min {int(ids.min())} "
                              f"max {int(ids.max())}")
 
-    def _tree_allowed(self, old: int) -> torch.Tensor:
-        """[new, committed + pending] bool: each new node sees the committed prefix and its ancestors-or-self."""
-        n, P = self.n_committed, len(self.pending_parents)
-        anc = torch.zeros(P, P, dtype=torch.bool)
-        for i, p in enumerate(self.pending_parents):
-            if p >= 0:
-                anc[i] = anc[p]
-            anc[i, i] = True
-        return torch.cat([torch.ones(P - old, n, dtype=torch.bool), anc[old:]], 1).to(self.device)
-
     def _closed_form(self, st, q, k, v, g, beta, old):
         """tree_gdn over the N new nodes; returns o [1, N, H, V] and appends their factors to st.
 

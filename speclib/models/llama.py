@@ -48,16 +48,11 @@ class LlamaLM(HFLM):
 
     @torch.inference_mode()
     def extend(self, tokens, parents) -> torch.Tensor:
-        tokens, parents = self._extend_args(tokens, parents)
-        chain = self._is_chain_continuation(parents)
-        old = len(self.pending_parents)
-        depths = self._add_pending(parents)
-        ids = torch.tensor(tokens, dtype=torch.long, device=self.device)
-        pos = torch.tensor(depths, dtype=torch.long, device=self.device) + self.n_committed
+        ids, pos, old, chain = self._new_nodes(tokens, parents)
         if chain:
-            mask = None if len(tokens) == 1 else "chain"
+            mask = None if ids.numel() == 1 else "chain"
         else:
-            mask = self._tree_mask(old)[0, 0] == 0                      # bool: True = may attend
+            mask = self._tree_allowed(old)                              # bool: True = may attend
         return self._forward(ids, pos, self.n_committed + old, mask)
 
     def _forward(self, ids, pos, start: int, mask) -> torch.Tensor:
