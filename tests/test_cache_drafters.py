@@ -1,0 +1,150 @@
+"""Cache drafters against brute force on random token streams; point-mass acceptance; greedy identity."""
+import random
+from collections import Counter
+
+import pytest
+import torch
+from conftest import tiny_lm
+
+from speclib import Sampling, generate
+from speclib.acceptance import Lossless, output_distribution
+from speclib.drafters.cache import PromptLookupDrafter, SuffixDrafter, SuffixTree
+from speclib.tree import Tree
+
+GREEDY = Sampling(0.0)
+
+
+def brute_counts(seqs, s):
+    """Continuation counts of string s over all sequences (occurrences with a next token)."""
+    c = Counter()
+    for seq in seqs:
+        for i in range(len(seq) - len(s)):
+            if seq[i:i + len(s)] == s:
+                c[seq[i + len(s)]] += 1
+    return c
+
+
+def brute_draft(seqs, context, max_depth, max_spec, min_prob, factor=1.0, offset=0.0):
+    """Longest context suffix (< max_depth) with a continuation; greedy most-frequent walk."""
+    for m in range(min(max_depth - 1, len(context)), 0, -1):     # the trie holds strings <= max_depth
+        s = context[-m:]
+        if not brute_counts(seqs, s):
+            continue
+        limit = max(1, min(max_spec, int(m * factor + offset)))
+        tokens, prob, probs = [], 1.0, []
+        while len(tokens) < limit:
+            # counts of the extended string's continuations, restricted to the trie depth
+            cur = (s + tokens)[-max_depth + 1:] if len(s + tokens) >= max_depth else s + tokens
+            c = brute_counts(seqs, cur) if len(s + tokens) < max_depth else Counter()
+            if not c:
+                break
+            t, n = max(sorted(c.items()), key=lambda kv: kv[1])
+            prob *= n / sum(c.values())
+            if prob < min_prob:
+                break
+            tokens.append(t); probs.append(prob)
+        return m, tokens, probs
+    return 0, [], []
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_suffix_tree_counts_match_brute_force(seed):
+    rng = random.Random(seed)
+    alphabet = rng.randint(2, 5)
+    seqs = [[rng.randrange(alphabet) for _ in range(rng.randint(1, 40))] for _ in range(4)]
+    tree = SuffixTree(max_depth=6)
+    for s in seqs:
+        tree.add(s)
+    tree.remove(seqs[1])                                   # eviction
+    kept = [seqs[0], seqs[2], seqs[3]]
+    for _ in range(60):
+        src = rng.choice(kept)
+        i = rng.randrange(len(src))
+        s = src[i:i + rng.randint(1, 5)]
+        node = tree.find(s)
+        expect = brute_counts(kept, s)
+        got = {t: e[0] for t, e in (node or {}).items()}
+        assert {t: n for t, n in got.items()} == dict(expect) or len(s) >= 6
+    assert tree.find([alphabet + 1]) is None
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_suffix_drafter_matches_brute_force(seed):
+    """Per-request tree: the draft for every prefix of a random stream equals the brute-force
+    longest-suffix, most-frequent-continuation walk (ties aside: counts are compared)."""
+    rng = random.Random(seed)
+    stream = [rng.randrange(3) for _ in range(120)]
+    d = SuffixDrafter(max_depth=8, max_spec=6, min_token_prob=0.2)
+    d.reset(stream[:5], GREEDY, None)
+    for L in range(5, len(stream)):
+        ctx = stream[:L]
+        tree = d.draft(ctx)
+        m, tokens, probs = brute_draft([ctx], ctx, 8, 6, 0.2)
+        assert d.last["match_len"] == m
+        assert len(tree.tokens) == len(tokens)
+        assert d.last["probs"] == pytest.approx(probs)
+        assert tree.q is None and tree.source == "suffix" and tree.is_chain
+
+
+def test_suffix_drafter_global_tree_and_eviction():
+    d = SuffixDrafter(max_depth=8, max_spec=8, global_tokens=25)
+    out1 = [7, 8, 9, 10, 11, 12] * 2
+    d.reset([1, 2, 3], GREEDY, None)
+    d.draft([1, 2, 3] + out1)                             # the request's context as generated
+    d.reset([4, 5], GREEDY, None)                          # request 1's output joins the global tree
+    tree = d.draft([4, 5, 7, 8])
+    assert d.last["tree"] == "global" and tree.tokens == [9, 10]     # match length 2: at most 2 tokens
+    for r in range(3):                                     # push it out of the 25-token budget
+        d.draft([4, 5] + [20 + r] * 12)
+        d.reset([4, 5], GREEDY, None)
+    assert sum(map(len, d.history)) <= 25
+    d.draft([4, 5, 7, 8])
+    assert d.last["draft_len"] == 0
+
+
+def test_prompt_lookup_matches_transformers_rule():
+    d = PromptLookupDrafter(max_ngram=3, k=4)
+    d.reset([], GREEDY, None)
+    ctx = [1, 2, 3, 9, 9, 1, 2, 3, 5, 6, 1, 2, 3]
+    assert d.draft(ctx).tokens == [9, 9, 1, 2]            # earliest match of [1, 2, 3]
+    assert d.match_len == 3
+    assert d.draft([4, 4, 4, 7]).tokens == []              # no match
+    assert d.draft([5, 1, 5]).tokens == [1, 5]             # falls back to n = 1
+    with pytest.raises(ValueError):
+        PromptLookupDrafter(k=0)
+
+
+def test_point_mass_acceptance_exact():
+    """A cache draft (q = None) is a point mass: the rule's output distribution equals p exactly,
+    and the acceptor uses the same residual (p without x, renormalised)."""
+    g = torch.Generator().manual_seed(0)
+    for v in (2, 7, 50):
+        for _ in range(20):
+            p = torch.rand(v, generator=g, dtype=torch.float64) ** 3
+            p[torch.randperm(v, generator=g)[: v // 3]] = 0
+            p /= p.sum()
+            x = int(torch.randint(v, (), generator=g))
+            q = torch.zeros(v, dtype=torch.float64); q[x] = 1
+            assert (output_distribution(p, q) - p).abs().max() < 1e-12
+    # Monte Carlo through Lossless on a one-token cache draft
+    p = torch.tensor([[0.5, 0.3, 0.2], [1 / 3, 1 / 3, 1 / 3]])
+    tree = Tree.chain([1], None, source="suffix")
+    counts = Counter()
+    gen = torch.Generator().manual_seed(1)
+    for _ in range(20000):
+        path, nxt = Lossless()(tree, p, False, gen)
+        counts[1 if path else nxt] += 1
+    for x in range(3):
+        assert abs(counts[x] / 20000 - float(p[0, x])) < 0.015   # 4.5 sigma at n = 20000
+
+
+@pytest.mark.parametrize("make", [lambda: PromptLookupDrafter(2, 5), lambda: SuffixDrafter(max_depth=8, max_spec=6)],
+                         ids=["prompt_lookup", "suffix"])
+def test_greedy_identity_with_cache_drafts(make):
+    target = tiny_lm(32, 2, vocab=16, seed=0)
+    for prompt in ([1, 2, 3, 1, 2, 3, 1, 2], [5, 5, 5, 5], [3, 1, 4, 1, 5, 9, 2, 6]):
+        ar = generate(target, prompt, 30, sampling=GREEDY)
+        d = make()
+        sd = generate(target, prompt, 30, drafter=d, sampling=GREEDY)
+        assert sd.tokens == ar.tokens
+        assert sum(s["drafted"] for s in sd.stats["steps"]) > 0
