@@ -42,6 +42,10 @@ PRESETS = {
                           num_key_value_heads=2, head_dim=64, linear_num_key_heads=4,
                           linear_num_value_heads=8, linear_key_head_dim=64, linear_value_head_dim=64,
                           linear_conv_kernel_dim=4, intermediate_size=1408, lr=1.5e-3),
+    # Fine-tuned from the code pair on the workloads of notebook 02 (train-split files only), half the
+    # batches from those workloads and half from plain stdlib source so the code skill is kept.
+    "agent-target": dict(init="code-target", mix=0.5, lr=5e-4),
+    "agent-draft": dict(init="code-draft", mix=0.5, lr=1e-3),
 }
 
 
@@ -83,6 +87,9 @@ def token_stream(split: str, tokenizer) -> np.ndarray:
 
 def make_model(name: str, tokenizer):
     import transformers
+    if "init" in PRESETS[name]:          # fine-tuning: start from a shipped checkpoint's weights
+        return transformers.AutoModelForCausalLM.from_pretrained(CHECKPOINTS / PRESETS[name]["init"],
+                                                                 dtype=torch.float32)
     p = {k: v for k, v in PRESETS[name].items() if k not in ("lr", "arch")}
     eos = tokenizer.eos_token_id
     common = dict(vocab_size=len(tokenizer), max_position_embeddings=1024, tie_word_embeddings=True,
@@ -92,6 +99,23 @@ def make_model(name: str, tokenizer):
         return transformers.Qwen3_5ForCausalLM(cfg)
     cfg = transformers.LlamaConfig(rope_theta=10000.0, **common)
     return transformers.LlamaForCausalLM(cfg)
+
+
+def workload_stream(split: str, tokenizer) -> np.ndarray:
+    """Notebook 02's workload examples (prompt + reference) of a split, EOS-joined; cached in build/."""
+    from . import workloads
+    cache = REPO / "build" / f"tokens_workloads_{split}.npy"
+    if cache.exists():
+        return np.load(cache)
+    eos = tokenizer.eos_token_id
+    ids = []
+    for w in workloads.WORKLOADS:
+        for ex in workloads.examples(w, split):
+            ids.extend(tokenizer(ex["prompt"] + ex["reference"])["input_ids"] + [eos])
+    arr = np.asarray(ids, dtype=np.int16 if VOCAB < 2**15 else np.int32)
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    np.save(cache, arr)
+    return arr
 
 
 def batch(stream: np.ndarray, bsz: int, seq: int, gen: torch.Generator) -> torch.Tensor:
@@ -127,6 +151,8 @@ def train_model(name: str, steps: int, minutes: float, bsz: int = 8, seq: int = 
     torch.manual_seed(seed)
     tok = load_tokenizer()
     train, held = token_stream("train", tok), token_stream("heldout", tok)
+    mix = PRESETS[name].get("mix", 0.0)
+    extra = workload_stream("train", tok) if mix else None
     model = make_model(name, tok)
     peak = PRESETS[name]["lr"]
     opt = torch.optim.AdamW(model.parameters(), lr=peak, betas=(0.9, 0.95), weight_decay=0.1)
@@ -157,7 +183,10 @@ def train_model(name: str, steps: int, minutes: float, bsz: int = 8, seq: int = 
         t0 = time.time()
         for g in opt.param_groups:
             g["lr"] = lr_at(st["step"], steps, peak)
-        x = batch(train, bsz, seq, gen)
+        n_mix = int(round(mix * bsz))
+        x = batch(train, bsz - n_mix, seq, gen)
+        if n_mix:
+            x = torch.cat([x, batch(extra, n_mix, seq, gen)])
         with torch.autocast("cpu", dtype=torch.bfloat16):
             logits = model(input_ids=x[:, :-1]).logits.float()
         loss = ce = F.cross_entropy(logits.flatten(0, 1), x[:, 1:].flatten())
@@ -193,6 +222,8 @@ def export(name: str, model, tok, held: np.ndarray, distill_from: str | None) ->
     out = CHECKPOINTS / name
     model.eval()
     final = heldout_loss(model, held, autocast=False)
+    mixed = "mix" in PRESETS.get(name, {})
+    final_w = heldout_loss(model, workload_stream("heldout", tok), autocast=False) if mixed else None
     model.to(torch.bfloat16).save_pretrained(out, safe_serialization=True)
     tok.save_pretrained(out)
     model.float()
@@ -207,6 +238,11 @@ def export(name: str, model, tok, held: np.ndarray, distill_from: str | None) ->
         samples.append(tok.decode(gen[0]))
     n_params = sum(p.numel() for p in model.parameters())
     last = log[-1]
+    init_note = ""
+    if mixed:
+        init_note = (f"\n- Fine-tuned from `{PRESETS[name]['init']}`: {PRESETS[name]['mix']:.0%} of each batch from the "
+                     f"train-split examples of `speclib.workloads` (agentic edit, JSON tool calls, plans, structured "
+                     f"rewriting), the rest plain stdlib source. Tokens below count the fine-tuning only.")
     card = f"""# {name}
 
 {ARCH_NAMES.get(model.config.model_type, model.config.model_type)} architecture, {n_params / 1e6:.2f}M parameters (tied embeddings), {model.config.num_hidden_layers} layers,
@@ -215,9 +251,9 @@ Weights stored in bf16.
 
 - Command: `python -m speclib.train {' '.join(sys.argv[1:]) or 'model ' + name}` (resumable; preset `{name}` in `speclib/train.py`).
 - Data: the Python {sys.version.split()[0]} standard library's non-test source, split by file (every
-  {data.HELDOUT_EVERY}th file held out); {'distilled from `' + distill_from + '` (KL to its softmax, mixed with next-token loss)' if distill_from else 'next-token loss'}.
+  {data.HELDOUT_EVERY}th file held out); {'distilled from `' + distill_from + '` (KL to its softmax, mixed with next-token loss)' if distill_from else 'next-token loss'}.{init_note}
 - Tokens seen: {last['tokens'] / 1e6:.2f}M in {last['step']} steps; training wall time {last['seconds'] / 60:.1f} min on 2 CPU cores (bf16 autocast).
-- Held-out loss (fp32, 64 windows of 256 tokens): **{final:.3f}** nats/token.
+- Held-out loss (fp32, 64 windows of 256 tokens): **{final:.3f}** nats/token{f"; on the held-out workload examples of notebook 02: **{final_w:.3f}**" if mixed else ""}.
 - Held-out loss curve: {curve}.
 
 ## Greedy samples
@@ -226,6 +262,7 @@ Weights stored in bf16.
     (out / "MODEL_CARD.md").write_text(card)
     (out / "training.json").write_text(json.dumps({
         "name": name, "parameters": n_params, "heldout_loss": round(final, 4), "tokens_seen": last["tokens"],
+        "heldout_loss_workloads": round(final_w, 4) if mixed else None, "init_from": PRESETS[name].get("init"),
         "steps": last["step"], "train_minutes": round(last["seconds"] / 60, 1), "distilled_from": distill_from,
         "python": sys.version.split()[0]}, indent=1))
     print(f"exported {name}: held-out loss {final:.3f}", flush=True)
