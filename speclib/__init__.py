@@ -6,12 +6,12 @@
 """
 from . import data, stats
 from .acceptance import Lossless
-from .drafters import ModelDrafter, PromptLookupDrafter, SelfDrafter, SuffixDrafter, TreeDrafter
+from .drafters import HybridDrafter, ModelDrafter, PromptLookupDrafter, SelfDrafter, SuffixDrafter, TreeDrafter
 from .generate import Generation, generate, generate_batch
 from .lm import LM, HFLM, checkpoints
 from .loading import load
 from .sampling import Sampling
 from .tree import Tree
 
-__all__ = ["LM", "HFLM", "Generation", "Lossless", "ModelDrafter", "PromptLookupDrafter", "SelfDrafter",
+__all__ = ["LM", "HFLM", "Generation", "HybridDrafter", "Lossless", "ModelDrafter", "PromptLookupDrafter", "SelfDrafter",
            "Sampling", "SuffixDrafter", "Tree", "TreeDrafter", "checkpoints", "data", "generate", "generate_batch", "load", "stats"]

@@ -2,6 +2,7 @@
 import random
 from collections import Counter
 
+import numpy as np
 import pytest
 import torch
 from conftest import tiny_lm
@@ -148,3 +149,75 @@ def test_greedy_identity_with_cache_drafts(make):
         sd = generate(target, prompt, 30, drafter=d, sampling=GREEDY)
         assert sd.tokens == ar.tokens
         assert sum(s["drafted"] for s in sd.stats["steps"]) > 0
+
+
+# --- HybridDrafter: every policy ------------------------------------------------------------------
+from speclib import ModelDrafter                                    # noqa: E402
+from speclib.drafters.hybrid import FEATURES, POLICIES, Costs, HybridDrafter, PayoffPredictor  # noqa: E402
+from speclib.stats import chi2_two_sample                            # noqa: E402
+
+REPEATY = [1, 2, 3, 4, 5, 1, 2, 3, 4, 5, 1, 2, 3]
+
+
+def _fitted_predictor():
+    rng = np.random.default_rng(0)
+    X = rng.random((300, len(FEATURES))) * 5
+    y = np.minimum(X[:, FEATURES.index("draft_len")], X[:, 0] * 0.8)
+    return PayoffPredictor(max_iter=20).fit(X, y)
+
+
+def _hybrid(policy, target, draft, reference=None):
+    costs = Costs(verify_s={n: 1e-3 * (1 + 0.05 * n) for n in range(1, 20)}, model_token_s=2e-4)
+    return HybridDrafter(SuffixDrafter(max_depth=8, max_spec=6), ModelDrafter(draft, 3), policy,
+                         _fitted_predictor() if policy == "hvd" else None, costs, reference)
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_greedy_identity_every_policy(policy):
+    target, draft = tiny_lm(32, 2, vocab=16, seed=0), tiny_lm(16, 1, vocab=16, seed=1)
+    for prompt in (REPEATY, [3, 1, 4, 1, 5, 9, 2, 6]):
+        ar = generate(target, prompt, 30, sampling=GREEDY).tokens
+        d = _hybrid(policy, target, draft, reference=ar)
+        sd = generate(target, prompt, 30, drafter=d, sampling=GREEDY)
+        assert sd.tokens == ar
+        assert len(d.log) == len(sd.stats["steps"])
+        assert [s["accepted"] for s in d.log] == [s["accepted"] for s in sd.stats["steps"]]
+        sources = {s["source"] for s in d.log}
+        assert sources <= {"cache", "model"}
+        if policy in ("model", "cache"):
+            assert sources == {policy}
+
+
+def test_oracle_accepts_at_least_as_much_as_each_candidate():
+    target, draft = tiny_lm(32, 2, vocab=16, seed=0), tiny_lm(16, 1, vocab=16, seed=1)
+    ar = generate(target, REPEATY, 40, sampling=GREEDY).tokens
+    per_call = {}
+    for policy in ("model", "cache", "oracle"):
+        g = generate(target, REPEATY, 40, drafter=_hybrid(policy, target, draft, ar), sampling=GREEDY)
+        per_call[policy] = g.stats["tokens_per_call"]
+    assert per_call["oracle"] >= max(per_call["model"], per_call["cache"]) - 0.2
+
+
+def test_hybrid_bad_arguments():
+    d = tiny_lm(16, 1, vocab=16)
+    with pytest.raises(ValueError, match="policy"):
+        HybridDrafter(SuffixDrafter(), ModelDrafter(d, 2), "sometimes")
+    with pytest.raises(ValueError, match="predictor"):
+        HybridDrafter(SuffixDrafter(), ModelDrafter(d, 2), "hvd")
+    with pytest.raises(ValueError, match="reference"):
+        HybridDrafter(SuffixDrafter(), ModelDrafter(d, 2), "oracle")
+    o = HybridDrafter(SuffixDrafter(), ModelDrafter(d, 2), "oracle", reference=[1])
+    with pytest.raises(ValueError, match="greedy"):
+        o.reset([1, 2], Sampling(1.0), torch.Generator())
+
+
+@pytest.mark.parametrize("policy", ["cache", "arctic"])
+def test_chi_square_with_cache_drafts(policy):
+    """Token at new-token index 4 over 800 seeded runs at T = 1, AR vs SD with point-mass cache drafts
+    (alpha = 1e-3: 0.1% false-positive rate under the null; seeds fixed)."""
+    target, draft = tiny_lm(32, 2, vocab=16, seed=0), tiny_lm(16, 1, vocab=16, seed=1)
+    t1 = Sampling(1.0)
+    ar = [generate(target, REPEATY, 5, sampling=t1, seed=s).tokens[4] for s in range(800)]
+    sd = [generate(target, REPEATY, 5, sampling=t1, seed=10**6 + s,
+                   drafter=_hybrid(policy, target, draft)).tokens[4] for s in range(800)]
+    assert chi2_two_sample(ar, sd).p > 1e-3

@@ -1,7 +1,9 @@
 """Drafters propose a Tree from the context: `reset(prompt)`, `draft(context) -> Tree`,
 `observe(accepted_tokens)`, `check_compatible(target)`."""
 from .cache import PromptLookupDrafter, SuffixDrafter
+from .hybrid import Costs, HybridDrafter, PayoffPredictor
 from .model import ModelDrafter, SelfDrafter
 from .tree import TreeDrafter
 
-__all__ = ["ModelDrafter", "PromptLookupDrafter", "SelfDrafter", "SuffixDrafter", "TreeDrafter"]
+__all__ = ["Costs", "HybridDrafter", "ModelDrafter", "PayoffPredictor", "PromptLookupDrafter", "SelfDrafter",
+           "SuffixDrafter", "TreeDrafter"]
