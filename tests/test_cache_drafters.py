@@ -163,7 +163,7 @@ def _fitted_predictor():
     rng = np.random.default_rng(0)
     X = rng.random((300, len(FEATURES))) * 5
     y = np.minimum(X[:, FEATURES.index("draft_len")], X[:, 0] * 0.8)
-    return PayoffPredictor(max_iter=20).fit(X, y)
+    return PayoffPredictor(steps=100).fit(X, y)
 
 
 def _hybrid(policy, target, draft, reference=None):
@@ -221,3 +221,16 @@ def test_chi_square_with_cache_drafts(policy):
     sd = [generate(target, REPEATY, 5, sampling=t1, seed=10**6 + s,
                    drafter=_hybrid(policy, target, draft)).tokens[4] for s in range(800)]
     assert chi2_two_sample(ar, sd).p > 1e-3
+
+
+def test_payoff_predictor_learns_and_clips():
+    rng = np.random.default_rng(1)
+    X = rng.random((400, len(FEATURES))) * 4
+    X[:, FEATURES.index("draft_len")] = rng.integers(0, 8, 400)
+    y = np.minimum(X[:, FEATURES.index("draft_len")], 2 * X[:, 0])
+    p = PayoffPredictor().fit(X[:300], y[:300])
+    pred = p.predict(X[300:])
+    assert np.abs(pred - y[300:]).mean() < 0.5 * np.abs(y[300:] - y[:300].mean()).mean()   # beats the mean
+    assert (pred >= 0).all() and (pred <= X[300:, FEATURES.index("draft_len")]).all()
+    with pytest.raises(RuntimeError, match="before fit"):
+        PayoffPredictor().predict(X)
