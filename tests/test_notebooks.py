@@ -63,3 +63,20 @@ def test_03_tree_hybrid_smoke(out):
     assert self_spec.acceptance_rate.between(0, 1).all()
     for name in ["layer", "verify", "budget", "decode", "selfspec"]:
         assert (out / "figures" / f"03_tree_hybrid_{name}.png").stat().st_size > 10_000
+
+
+@needs_shipped
+def test_02_cache_hybrid_smoke(out):
+    from speclib.notebooks import run
+    run(REPO / "notebooks/02_cache_hybrid.ipynb", out / "02.ipynb", {"SMOKE": True})
+    res = out / "results" / "02_cache_hybrid"
+    speed = pd.read_parquet(res / "speedup.parquet")
+    assert {"model", "prompt lookup", "suffix", "ArcticInference rule", "SAM rule", "HVD (ours)",
+            "oracle (hindsight)"} <= set(speed.policy)
+    assert (speed.identical == speed["of"]).all()               # greedy identity for every policy
+    pred = pd.read_parquet(res / "predictor.parquet")
+    assert pred.spearman.between(-1, 1).all() and (pred.mae >= 0).all()
+    logs = pd.read_parquet(res / "cache_logs.parquet")
+    assert (logs.accepted <= logs.draft_len).all() and (logs.predicted <= logs.draft_len + 1e-9).all()
+    for name in ["predictor", "payoff", "speedup"]:
+        assert (out / "figures" / f"02_cache_hybrid_{name}.png").stat().st_size > 10_000
