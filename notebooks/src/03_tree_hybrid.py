@@ -78,7 +78,9 @@ print(f"{type(target).__name__} over {cfg.model_type}: {sum(target.is_gdn)} GDN 
 # ## 1 · The peer refuses, speclib decodes
 # `transformers` assisted generation cannot roll back a recurrent state, so it refuses stateful
 # models outright. speclib's extend/commit protocol covers them: here the same pair decodes with a
-# draft tree, and the output equals plain greedy decoding token for token.
+# draft tree, and the output equals plain greedy decoding token for token — ours and `transformers`'
+# own `generate`, whose speed is the reference our AR baseline must not fall behind (a slow baseline
+# would flatter every speedup below).
 
 # %%
 ids = prompts[0]
@@ -92,7 +94,17 @@ except Exception as e:                      # the refusal is the point of this c
 print("transformers assisted generation:", refusal)
 ar = generate(target, ids, 32, sampling=GREEDY)
 sd = generate(target, ids, 32, drafter=TreeDrafter(draft, budget=16, depth=TREE_DEPTH, top=4), sampling=GREEDY)
-print(f"speclib tree SD: {sd.stats['tokens_per_call']:.2f} tokens per target call, identical to AR: {sd.tokens == ar.tokens}")
+with torch.inference_mode():        # the stock forward (its own cache and torch fallbacks), for reference
+    t0 = time.perf_counter()
+    hf = target.model.generate(torch.tensor([ids], device=target.device), do_sample=False, max_new_tokens=32,
+                               pad_token_id=target.eos_token_id)[0, len(ids):].tolist()
+    hf_s = time.perf_counter() - t0
+peer = pd.DataFrame([dict(method="transformers generate (greedy)", tokens_per_s=len(hf) / hf_s, identical_to_speclib_ar=hf == ar.tokens),
+                     dict(method="speclib AR (HybridLM)", tokens_per_s=ar.stats["tokens_per_s"], identical_to_speclib_ar=True),
+                     dict(method="speclib tree SD", tokens_per_s=sd.stats["tokens_per_s"], identical_to_speclib_ar=sd.tokens == ar.tokens)])
+results.save(peer.assign(**meta), f"{NB}/peer")
+display(peer)
+print(f"speclib tree SD: {sd.stats['tokens_per_call']:.2f} tokens per target call")
 print(repr(sd.text[:200]))
 
 # %% [markdown]
