@@ -84,7 +84,8 @@ display(Markdown(
 # %% [markdown]
 # ## 2 · Logged verification outcomes, and the payoff predictor
 # On the fit prompts we decode with the suffix cache alone (every non-empty candidate is verified)
-# and log each candidate's features with its accepted length. The predictor is a tiny MLP
+# and log each candidate's features with its accepted length; a model-only pass over the same
+# prompts gives the model drafter's per-token acceptance, HVD's starting estimate for that side. The predictor is a tiny MLP
 # (`PayoffPredictor`); we score it on logs of the evaluation prompts, which it never saw.
 
 # %%
@@ -98,6 +99,13 @@ def cache_logs(split):
     return pd.DataFrame(rows)
 
 fit_logs = cache_logs("fit")
+# the model drafter's per-token acceptance on the same fit prompts: HVD's prior for the model side
+fit_steps = []
+for w in WORKLOADS:
+    for ids in prompts[w]["fit"]:
+        fit_steps += generate(target, ids, MAX_NEW_TOKENS, drafter=ModelDrafter(draft, K), sampling=GREEDY).stats["steps"]
+model_prior = bench.token_acceptance(fit_steps)
+print(f"model drafter per-token acceptance on the fit prompts: {model_prior:.3f}")
 predictor = PayoffPredictor(seed=SEED).fit(fit_logs[list(FEATURES)].to_numpy(), fit_logs.accepted.to_numpy())
 eval_logs = cache_logs("eval")
 eval_logs["predicted"] = predictor.predict(eval_logs[list(FEATURES)].to_numpy())
@@ -176,7 +184,7 @@ def policies(ar_tokens):
         "suffix": lambda: HybridDrafter(suffix(), ModelDrafter(draft, K), "cache"),
         "ArcticInference rule": lambda: HybridDrafter(suffix(), ModelDrafter(draft, K), "arctic"),
         "SAM rule": lambda: HybridDrafter(suffix(), ModelDrafter(draft, K), "sam"),
-        "HVD (ours)": lambda: HybridDrafter(suffix(), ModelDrafter(draft, K), "hvd", predictor, costs),
+        "HVD (ours)": lambda: HybridDrafter(suffix(), ModelDrafter(draft, K), "hvd", predictor, costs, model_prior=model_prior),
         "oracle (hindsight)": lambda: HybridDrafter(suffix(), ModelDrafter(draft, K), "oracle", reference=ar_tokens),
     }
 

@@ -9,8 +9,9 @@ the policy decides whether to verify it or to run the model drafter instead:
     "arctic"   cache iff its score >= model k       "sam"      cache iff its match length >= 4
                (ArcticInference's hybrid rule)                 (SAM-Decoding's rule)
     "hvd"      the source with the larger expected tokens per second: the predictor's accepted-length
-               estimate for the cache draft, the model drafter's recent per-token acceptance for the
-               model, each over its measured cost of drafting plus verifying
+               estimate for the cache draft, the model drafter's running per-token acceptance (starting
+               from `model_prior`, measured offline) for the model, each over its measured cost of
+               drafting plus verifying
     "oracle"   hindsight (greedy only): whichever draft the target's own greedy continuation accepts
                further, given that continuation as `reference` (an upper bound, not a decoder)
 
@@ -96,7 +97,7 @@ class PayoffPredictor:
 @dataclass
 class _Recent:
     """Exponential moving averages of per-token acceptance per source."""
-    decay: float = 0.8
+    decay: float = 0.9
     rate: dict = field(default_factory=lambda: {"cache": 0.5, "model": 0.5})
 
     def update(self, source: str, accepted: int, drafted: int) -> None:
@@ -107,7 +108,7 @@ class _Recent:
 
 class HybridDrafter:
     def __init__(self, cache, model, policy: str = "hvd", predictor: PayoffPredictor | None = None,
-                 costs: Costs | None = None, reference: list[int] | None = None):
+                 costs: Costs | None = None, reference: list[int] | None = None, model_prior: float = 0.5):
         if policy not in POLICIES:
             raise ValueError(f"policy must be one of {POLICIES}, got {policy!r}")
         if policy == "hvd" and (predictor is None or costs is None):
@@ -116,6 +117,9 @@ class HybridDrafter:
             raise ValueError("policy 'oracle' needs the target's greedy continuation as `reference`")
         self.cache, self.model, self.policy = cache, model, policy
         self.predictor, self.costs, self.reference = predictor, costs, reference
+        if not 0 <= model_prior < 1:
+            raise ValueError(f"model_prior (per-token acceptance of the model drafter) must lie in [0, 1), got {model_prior!r}")
+        self.model_prior = model_prior          # where the model's running acceptance starts each request
 
     @property
     def max_nodes(self) -> int:
@@ -130,6 +134,7 @@ class HybridDrafter:
         self.cache.reset(prompt, sampling, gen)
         self.model.reset(prompt, sampling, gen)
         self.prompt_len, self.recent, self.log = len(prompt), _Recent(), []
+        self.recent.rate["model"] = self.model_prior
         self._peek = None
 
     def features(self, context: list[int]) -> np.ndarray:
