@@ -90,6 +90,7 @@ def fla_recurrent(q, k, v, g, beta, S0):
 
 CASES = {  # name: (parents, B, H, K, V)
     "single": ([-1], 1, 1, 7, 7),
+    "single_batched": ([-1], 3, 4, 7, 9),          # the AR-step fast path, several rows and heads
     "fan_depth1": ([-1] + [0] * 9, 2, 3, 5, 9),
     "roots_only": ([-1] * 6, 1, 3, 16, 16),
     "chain40": (list(range(-1, 39)), 2, 1, 7, 7),

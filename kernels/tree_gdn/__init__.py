@@ -96,6 +96,11 @@ def fold(factors: Factors, path, state: torch.Tensor) -> torch.Tensor:
     if L == 0:
         return state.clone()
     dev = factors.k.device
+    if all(len(p) == 1 for p in paths):           # one node per row (every AR step): S* = e^G S0 + k u^T
+        bidx, node = torch.arange(B, device=dev), torch.tensor([p[0] for p in paths], device=dev)
+        kk, uu, GG = factors.k[bidx, node], factors.u[bidx, node], factors.G[bidx, node]   # [B, H, *]
+        S = GG.exp()[..., None, None] * state.float() + kk.unsqueeze(-1) * uu.unsqueeze(-2)
+        return S.to(state.dtype)
     idx = torch.tensor([p + [0] * (L - len(p)) for p in paths], device=dev)           # [B, L]
     live = torch.tensor([[1.0] * len(p) + [0.0] * (L - len(p)) for p in paths], device=dev)
     leaf = torch.tensor([p[-1] if p else 0 for p in paths], device=dev)

@@ -49,6 +49,13 @@ def tree_gdn_chunk(q, k, v, g, beta, parents, state):
     B, N, H, K = q.shape
     if N == 0:
         return v.new_zeros(v.shape, dtype=q.dtype), Factors(k.float(), v.float(), g.float(), par)
+    if N == 1:
+        # One node on the committed state (every AR step): the recurrence step itself, no N x N machinery.
+        qf, kf, vf, S0 = q[:, 0].float(), k[:, 0].float(), v[:, 0].float(), state.float()   # [B, H, *]
+        a = g[:, 0].float().exp().unsqueeze(-1)                                            # [B, H, 1]
+        u = beta[:, 0].float().unsqueeze(-1) * (vf - a * torch.einsum("bhk,bhkv->bhv", kf, S0))
+        o = a * torch.einsum("bhk,bhkv->bhv", qf, S0) + (qf * kf).sum(-1, keepdim=True) * u
+        return o.unsqueeze(1).to(q.dtype), Factors(k.float(), u.unsqueeze(1), g.float(), par)
     # Head-major fp32 views for batched matmuls: [B, H, N, *].
     qf, kf, vf = (t.float().transpose(1, 2) for t in (q, k, v))
     gf, bf = (t.float().transpose(1, 2) for t in (g, beta))            # [B, H, N]

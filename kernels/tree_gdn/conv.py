@@ -90,6 +90,8 @@ def tree_conv1d(x, parents, tail, weight, bias=None, activation="silu"):
     B, N, D = x.shape
     W = weight.shape[1]
     seq = torch.cat([tail.float(), x.float()], dim=1)             # [B, W-1+N, D]
+    if N == 1:                   # one root (every AR step): the plain causal conv over tail + x
+        return _finish((seq * weight.float().transpose(0, 1)).sum(1, keepdim=True), bias, activation, x.dtype)
     idx = lookback_index(par, W)                                   # [B, N, W]
     taps = torch.gather(seq, 1, idx.reshape(B, N * W, 1).expand(-1, -1, D)).reshape(B, N, W, D)
     w = weight.float().flip(-1).transpose(0, 1)                    # [W, D]: row s = weight[:, W-1-s]

@@ -244,6 +244,10 @@ class HybridLM(LM):
         never stored); the group's G is then offset by the attach node's G so all stored factors are
         relative to the committed S, and fold can commit any path mixing old and new nodes."""
         par, N = self.pending_parents, q.shape[1]
+        if old == 0:            # a fresh forest on the committed state (every verify pass): one call
+            o, f = tree_gdn(q, k, v, g, beta, torch.tensor(par, device=q.device), st.S)
+            st.k, st.u, st.G = f.k, f.u, f.G
+            return o
         attach: list[int] = []
         for p in par[old:]:
             attach.append(p if p < old else attach[p - old])
