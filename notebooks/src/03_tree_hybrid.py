@@ -34,8 +34,9 @@ LATENCY_REPEATS = 7
 PREFIX_LEN = 128        # cached prefix before each timed verify pass
 N_PROMPTS = 12          # held-out prompts for end-to-end decoding (half stdlib, half HumanEval)
 MAX_NEW_TOKENS = 96
-K_CHAIN = 4             # chain SD draft length
-TREE_DEPTH = 6
+CHAIN_KS = [2, 3, 4, 5, 6]   # chain SD draft lengths tried in the pilot (the best one is used)
+TREE_DEPTHS = [3, 4, 6]      # tree depths tried in the pilot
+TREE_DEPTH = 6               # shape of the random trees in the latency measurements
 DECODE_BATCH = 4        # batch size of the batched decoding comparison
 SELF_KS = [1, 2, 3, 4]  # draft lengths for the self-speculation study
 EVAL_WINDOWS = 32       # held-out windows of 256 tokens for the perplexity of the ablated model
@@ -57,7 +58,7 @@ from speclib.plotting import savefig, style
 
 if SMOKE:
     TREE_SIZES, BATCHES, LATENCY_REPEATS, N_PROMPTS, MAX_NEW_TOKENS = [8, 32], [1, 2], 2, 2, 24
-    SELF_KS, EVAL_WINDOWS, DECODE_BATCH = [1, 2], 4, 2
+    SELF_KS, EVAL_WINDOWS, DECODE_BATCH, CHAIN_KS, TREE_DEPTHS = [1, 2], 4, 2, [2, 4], [3]
 NB = "03_tree_hybrid"
 GREEDY = Sampling(0.0)
 style()
@@ -213,58 +214,82 @@ display(Markdown(
     f"pending conv inputs), replay {mem['replay'] / 2**20:.2f} MiB for one branch."))
 
 # %% [markdown]
-# ## 4 · A batch-wide node budget from a cost model profiled at start
-# How many draft nodes should each request verify? A short pilot (batch 1, two held-out prompts not
-# used below) measures, per tree budget n, the tokens gained per step E(n) and the drafting seconds
-# per step D(n). With the verify profile T_b(n) from section 3, a batch of b requests that drafts
-# sequentially and verifies in one shared pass produces `b·E(n) / (b·D(n) + T_b(n))` tokens per
-# second; `bench_tree.choose_budget` picks its argmax for each batch size.
+# ## 4 · Tuning both sides, and a batch-wide node budget from a cost model profiled at start
+# Tree and chain are each given their best shape on this machine before they are compared. A short
+# pilot (batch 1, two held-out prompts not used below) decodes with every chain length in `CHAIN_KS`
+# and every tree (budget n, depth d) and records, per step, the tokens gained E, the drafting
+# seconds D and the verify seconds V; batch 1 uses the configuration with the most tokens per second
+# E / (D + V). For a batch of b requests that draft one after another and verify in one shared pass,
+# `bench_tree.choose_budget` combines the pilot's E(n), D(n) with the verify profile T_b(n) of
+# section 3 and picks the n maximising `b·E(n) / (b·D(n) + T_b(n))`.
 
 # %%
 pilot_prompts = [target.encode(r["prompt"]) for r in data.load_workload("code_stdlib", half + 2)[half:]]
-budgets = [n for n in sorted(set([2, 4] + TREE_SIZES)) if n <= 64]
-pilot = {}
-for n in tqdm(budgets, desc="pilot"):
+budgets = [n for n in sorted(set([4] + TREE_SIZES)) if n <= 64]
+
+def pilot_run(make):
     steps = []
     for ids in pilot_prompts:
-        steps += generate(target, ids, MAX_NEW_TOKENS // 2, sampling=GREEDY,
-                          drafter=TreeDrafter(draft, budget=n, depth=TREE_DEPTH, top=4)).stats["steps"]
-    pilot[n] = (np.mean([s["accepted"] + 1 for s in steps]), np.mean([s["draft_s"] for s in steps]))
+        steps += generate(target, ids, MAX_NEW_TOKENS // 2, sampling=GREEDY, drafter=make()).stats["steps"]
+    E, D, V = (np.mean([f(s) for s in steps]) for f in (lambda s: s["accepted"] + 1, lambda s: s["draft_s"], lambda s: s["verify_s"]))
+    return dict(tokens_per_step=E, draft_s=D, verify_s=V, tokens_per_s=E / (D + V))
+
+pilot_rows = [dict(kind="chain", K=k, budget=k, depth=k, **pilot_run(lambda k=k: ModelDrafter(draft, k)))
+              for k in tqdm(CHAIN_KS, desc="pilot chains")]
+pilot_rows += [dict(kind="tree", K=np.nan, budget=n, depth=d,
+                    **pilot_run(lambda n=n, d=d: TreeDrafter(draft, budget=n, depth=d, top=4)))
+               for d in tqdm(TREE_DEPTHS, desc="pilot trees") for n in budgets if n >= d]
+pilot = pd.DataFrame(pilot_rows)
+best_chain = pilot[pilot.kind == "chain"].loc[lambda x: x.tokens_per_s.idxmax()]
+best_tree = pilot[pilot.kind == "tree"].loc[lambda x: x.tokens_per_s.idxmax()]
+K_CHAIN, TREE_BUDGET, TREE_DEPTH_BEST = int(best_chain.K), int(best_tree.budget), int(best_tree.depth)
+results.save(pilot.assign(**meta), f"{NB}/pilot")
+display(pilot.round(4))
+
+tp = pilot[(pilot.kind == "tree") & (pilot.depth == TREE_DEPTH_BEST)].set_index("budget")
 budget_rows = []
 for b in BATCHES:
     g = verify[(verify.strategy == "closed_form") & (verify.batch == b)]
     T = dict(zip(g.nodes.astype(int), g.seconds))
-    best_n, rate = bench_tree.choose_budget(T, b, {n: e for n, (e, _) in pilot.items()},
-                                            {n: d for n, (_, d) in pilot.items()})
+    best_n, rate = bench_tree.choose_budget(T, b, tp.tokens_per_step.to_dict(), tp.draft_s.to_dict())
     for n, r in rate.items():
-        budget_rows.append(dict(batch=b, budget_per_request=n, tokens_per_step=pilot[n][0], draft_s=pilot[n][1],
-                                verify_s=T[n], predicted_tokens_per_s=r, chosen=n == best_n))
+        budget_rows.append(dict(batch=b, budget_per_request=n, depth=TREE_DEPTH_BEST, tokens_per_step=tp.tokens_per_step[n],
+                                draft_s=tp.draft_s[n], verify_s=T[n], predicted_tokens_per_s=r, chosen=n == best_n))
 budget = pd.DataFrame(budget_rows)
 results.save(budget.assign(**meta), f"{NB}/budget")
 chosen = budget[budget.chosen].set_index("batch")
 display(chosen[["budget_per_request", "tokens_per_step", "draft_s", "verify_s", "predicted_tokens_per_s"]].round(4))
 
-fig, ax = plt.subplots(figsize=(6.4, 3.6))
+fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
+for i, d in enumerate(TREE_DEPTHS):
+    g = pilot[(pilot.kind == "tree") & (pilot.depth == d)]
+    axes[0].plot(g.budget, g.tokens_per_s, "o-", color=f"C{i}", label=f"tree, depth {d}")
+g = pilot[pilot.kind == "chain"]
+axes[0].plot(g.K, g.tokens_per_s, "s--", color="k", label="chain, K draft tokens")
+axes[0].set(xscale="log", xlabel="draft nodes per step", ylabel="tokens / s (pilot, batch 1)", title="Pilot: tree shapes vs chains")
+axes[0].legend(fontsize=8)
 for i, (b, g) in enumerate(budget.groupby("batch")):
-    ax.plot(g.budget_per_request, g.predicted_tokens_per_s, "o-", color=f"C{i}", label=f"batch {b}")
+    axes[1].plot(g.budget_per_request, g.predicted_tokens_per_s, "o-", color=f"C{i}", label=f"batch {b}")
     c = g[g.chosen].iloc[0]
-    ax.scatter([c.budget_per_request], [c.predicted_tokens_per_s], s=150, facecolors="none", edgecolors=f"C{i}", lw=2)
-ax.set(xscale="log", xlabel="tree budget per request (nodes)", ylabel="predicted tokens / s (batch)",
-       title="Cost model: where the tree budget pays")
-ax.legend(fontsize=8)
+    axes[1].scatter([c.budget_per_request], [c.predicted_tokens_per_s], s=150, facecolors="none", edgecolors=f"C{i}", lw=2)
+axes[1].set(xscale="log", xlabel="tree budget per request (nodes)", ylabel="predicted tokens / s (batch)",
+            title=f"Cost model, depth {TREE_DEPTH_BEST}: where the budget pays")
+axes[1].legend(fontsize=8)
 savefig(fig, f"{NB}_budget"); plt.show()
-TREE_BUDGET = int(chosen.budget_per_request[1]) if 1 in chosen.index else int(chosen.budget_per_request.iloc[0])
 BATCH_BUDGET = int(chosen.budget_per_request.get(DECODE_BATCH, chosen.budget_per_request.iloc[-1]))
 display(Markdown(
-    f"Batch 1 is predicted to do best with **{TREE_BUDGET} nodes** per tree "
-    f"({chosen.tokens_per_step.iloc[0]:.2f} tokens per step in the pilot); batch {DECODE_BATCH} with **{BATCH_BUDGET}** "
-    f"per request. Per batch size: " + ", ".join(f"{b}: {int(r.budget_per_request)}" for b, r in chosen.iterrows()) + "."))
+    f"Best chain: **K = {K_CHAIN}** ({best_chain.tokens_per_s:.1f} tokens/s in the pilot); best tree: **{TREE_BUDGET} nodes, "
+    f"depth {TREE_DEPTH_BEST}** ({best_tree.tokens_per_s:.1f} tokens/s, {best_tree.tokens_per_step:.2f} tokens per step). "
+    f"Batch 1 decodes with the pilot's measured best; for larger batches the cost model decides (its own batch-1 "
+    f"choice, {int(chosen.budget_per_request.iloc[0])}, shows how far a profile of random trees is from real drafts). "
+    f"Cost-model budget per request by batch size: " +
+    ", ".join(f"{b}: {int(r.budget_per_request)}" for b, r in chosen.iterrows()) + "."))
 
 # %% [markdown]
 # ## 5 · End-to-end decoding on `hybrid-target`
 # Greedy, `MAX_NEW_TOKENS` new tokens per held-out prompt: target alone (AR), chain SD with the
-# separate draft (`K_CHAIN`, closed-form strategy), tree SD with the same draft (confidence-expanded,
-# the batch-1 budget) under `closed_form` and under `materialize`. Interleaved per prompt; speedup is
+# separate draft (the pilot's best K, closed-form strategy), tree SD with the same draft
+# (confidence-expanded, the pilot's best budget and depth) under `closed_form` and under `materialize`. Interleaved per prompt; speedup is
 # AR time over method time per prompt (median, 95% bootstrap CI). Every output must equal AR's.
 
 # %%
@@ -272,9 +297,9 @@ def methods():
     return {
         "AR": (target, None),
         f"chain SD (K = {K_CHAIN})": (target, ModelDrafter(draft, K_CHAIN)),
-        "tree SD, closed_form": (target, TreeDrafter(draft, budget=TREE_BUDGET, depth=TREE_DEPTH, top=4)),
+        "tree SD, closed_form": (target, TreeDrafter(draft, budget=TREE_BUDGET, depth=TREE_DEPTH_BEST, top=4)),
         "tree SD, materialize": (target.view(strategy="materialize"),
-                                 TreeDrafter(draft, budget=TREE_BUDGET, depth=TREE_DEPTH, top=4)),
+                                 TreeDrafter(draft, budget=TREE_BUDGET, depth=TREE_DEPTH_BEST, top=4)),
     }
 
 generate(target, prompts[0], 8, drafter=TreeDrafter(draft, budget=8, depth=3), sampling=GREEDY)   # warm-up
@@ -314,7 +339,7 @@ for gi, idx in enumerate(tqdm(groups, desc="batches")):
     runs = {
         "AR": None,
         f"chain SD (K = {K_CHAIN})": [ModelDrafter(d, K_CHAIN) for d in batch_drafts],
-        "tree SD, closed_form": [TreeDrafter(d, budget=BATCH_BUDGET, depth=TREE_DEPTH, top=4) for d in batch_drafts],
+        "tree SD, closed_form": [TreeDrafter(d, budget=BATCH_BUDGET, depth=TREE_DEPTH_BEST, top=4) for d in batch_drafts],
     }
     ar_tokens = None
     for name, drafters in runs.items():
@@ -336,7 +361,8 @@ for name, g in batched.groupby("method", sort=False):
     summary.append(dict(method=name, batch=DECODE_BATCH, speedup=est, lo=lo, hi=hi, tokens_per_s=g.tokens_per_s.median(),
                         tokens_per_call=g.tokens_per_call.mean(), drafted_per_call=np.nan,
                         identical=int(g.identical.sum()), of=int(g.of.sum())))
-summary = pd.DataFrame(summary).assign(tree_budget=TREE_BUDGET, batch_budget=BATCH_BUDGET, **meta)
+summary = pd.DataFrame(summary).assign(tree_budget=TREE_BUDGET, tree_depth=TREE_DEPTH_BEST, batch_budget=BATCH_BUDGET,
+                                      chain_k=K_CHAIN, **meta)
 results.save(summary, f"{NB}/decode")
 results.save(pd.concat([decode.assign(batch=1), batched.assign(batch=DECODE_BATCH)]).assign(**meta), f"{NB}/decode_runs")
 display(summary.drop(columns=list(meta)).round(3))
