@@ -70,19 +70,23 @@ def load_tokenizer(path: Path = TOKENIZER_DIR):
     return PreTrainedTokenizerFast.from_pretrained(path)
 
 
-def token_stream(split: str, tokenizer) -> np.ndarray:
-    """All files of a split, tokenized and joined by EOS; cached in build/."""
-    cache = REPO / "build" / f"tokens_{split}.npy"
+def _cached_stream(name: str, texts, tokenizer) -> np.ndarray:
+    """Texts tokenized and joined by EOS, cached as build/tokens_<name>.npy (texts is only read on a miss)."""
+    cache = REPO / "build" / f"tokens_{name}.npy"
     if cache.exists():
         return np.load(cache)
-    eos = tokenizer.eos_token_id
     ids = []
-    for p in data.stdlib_split(split):
-        ids.extend(tokenizer(data.read_text(p))["input_ids"] + [eos])
+    for text in texts():
+        ids.extend(tokenizer(text)["input_ids"] + [tokenizer.eos_token_id])
     arr = np.asarray(ids, dtype=np.int16 if VOCAB < 2**15 else np.int32)
     cache.parent.mkdir(parents=True, exist_ok=True)
     np.save(cache, arr)
     return arr
+
+
+def token_stream(split: str, tokenizer) -> np.ndarray:
+    """All stdlib files of a split, tokenized and joined by EOS; cached in build/."""
+    return _cached_stream(split, lambda: (data.read_text(p) for p in data.stdlib_split(split)), tokenizer)
 
 
 def make_model(name: str, tokenizer):
@@ -104,18 +108,8 @@ def make_model(name: str, tokenizer):
 def workload_stream(split: str, tokenizer) -> np.ndarray:
     """Notebook 02's workload examples (prompt + reference) of a split, EOS-joined; cached in build/."""
     from . import workloads
-    cache = REPO / "build" / f"tokens_workloads_{split}.npy"
-    if cache.exists():
-        return np.load(cache)
-    eos = tokenizer.eos_token_id
-    ids = []
-    for w in workloads.WORKLOADS:
-        for ex in workloads.examples(w, split):
-            ids.extend(tokenizer(ex["prompt"] + ex["reference"])["input_ids"] + [eos])
-    arr = np.asarray(ids, dtype=np.int16 if VOCAB < 2**15 else np.int32)
-    cache.parent.mkdir(parents=True, exist_ok=True)
-    np.save(cache, arr)
-    return arr
+    return _cached_stream(f"workloads_{split}", lambda: (ex["prompt"] + ex["reference"] for w in workloads.WORKLOADS
+                                                         for ex in workloads.examples(w, split)), tokenizer)
 
 
 def batch(stream: np.ndarray, bsz: int, seq: int, gen: torch.Generator) -> torch.Tensor:
