@@ -89,3 +89,91 @@ def load_workload(name: str, n: int | None = None) -> list[dict]:
         raise ValueError(f"unknown workload {name!r}; shipped: {known}")
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     return rows[:n] if n is not None else rows
+
+
+# ---- A verifiable multi-step arithmetic task (notebook 04) ------------------------------------------
+# Numbers are written digit by digit ("1 6 5") so every digit is one token of the shared BPE: the models
+# learn arithmetic, not the BPE's irregular splits of numbers. Splits are disjoint seed streams; the
+# training stream also drops any question that occurs in the validation or test split.
+
+MATH_SPLITS = {"train": 0, "validation": 1, "test": 2}
+MATH_LEVELS = (1, 2, 3, 4)            # a level-L problem has L + 1 derived steps
+_VARS = "abcdefghjkmnpqrstuvwxyz"
+
+
+def spell(n: int) -> str:
+    return " ".join(str(n))
+
+
+def math_problem(rng: random.Random, level: int) -> dict:
+    """One problem: two given values, level + 1 steps each combining earlier values or constants with
+    +, - or * (a one-digit factor); every value stays in [0, 999]. Returns question, solution, answer."""
+    if level not in MATH_LEVELS:
+        raise ValueError(f"level must be one of {MATH_LEVELS}, got {level!r}")
+    while True:
+        names = rng.sample(_VARS, level + 3)
+        values = {names[0]: rng.randint(2, 99), names[1]: rng.randint(2, 99)}
+        question = [f"{n} = {spell(v)}" for n, v in values.items()]
+        solution, ok = [], True
+        for name in names[2:]:
+            op = rng.choice("+-*")
+            a = rng.choice(list(values))
+            if op == "*":
+                b, bv = (str(rng.randint(2, 9)),) * 2
+                b_text = b
+                bv = int(bv)
+            elif rng.random() < 0.7:
+                b = rng.choice([v for v in values if v != a] or [a])
+                b_text, bv = b, values[b]
+            else:
+                bv = rng.randint(1, 99)
+                b_text = b = spell(bv)
+            av = values[a]
+            value = av + bv if op == "+" else av - bv if op == "-" else av * bv
+            if not 0 <= value <= 999:
+                ok = False
+                break
+            values[name] = value
+            question.append(f"{name} = {a} {op} {b_text}")
+            b_num = spell(bv) if b in values else b_text
+            solution.append(f"{name} = {spell(av)} {op} {b_num} = {spell(value)}")
+        if ok:
+            last = names[-1]
+            return {"question": f"Q: {' . '.join(question)} . Find {last} .\nA:",
+                    "solution": " " + " . ".join(solution) + f" .\nAnswer: {spell(values[last])}\n",
+                    "answer": values[last], "level": level}
+
+
+def math_problems(split: str, n: int, levels=MATH_LEVELS) -> list[dict]:
+    """n problems of a split, levels cycled; the same list on every call (seeded by the split)."""
+    if split not in MATH_SPLITS:
+        raise ValueError(f"split must be one of {sorted(MATH_SPLITS)}, got {split!r}")
+    rng = random.Random(1_000_003 * (MATH_SPLITS[split] + 1))
+    out = [math_problem(rng, levels[i % len(levels)]) for i in range(n)]
+    if split == "train":
+        held = {p["question"] for s in ("validation", "test") for p in math_problems(s, 2000)}
+        out = [p for p in out if p["question"] not in held]
+    return out
+
+
+def math_answer(text: str) -> int | None:
+    """The final answer a completion states ("Answer: 1 5 7"), or None when it states none."""
+    import re
+    m = re.search(r"Answer:((?: \d)+)", text)
+    return int(m.group(1).replace(" ", "")) if m else None
+
+
+def solve_math(question: str) -> int:
+    """Independent evaluator: parse the question's assignments and evaluate them in order with Python's
+    own arithmetic (shares no code with the generator)."""
+    import ast
+    body = question.split("Q:", 1)[1].split("Find", 1)
+    env = {}
+    for stmt in body[0].split(" . "):
+        stmt = stmt.strip(" .")
+        if not stmt:
+            continue
+        name, expr = (s.strip() for s in stmt.split("=", 1))
+        expr = __import__("re").sub(r"\d(?: \d)*", lambda m: m.group(0).replace(" ", ""), expr)
+        env[name] = eval(compile(ast.parse(expr, mode="eval"), "<q>", "eval"), {"__builtins__": {}}, dict(env))
+    return env[body[1].strip(" .\nA:")]

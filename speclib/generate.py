@@ -56,6 +56,8 @@ class _Run:
         self.max_new_tokens = max_new_tokens
         self.eos = target.eos_token_id if eos_token_id == -1 else eos_token_id
         self.gen = torch.Generator().manual_seed(seed)
+        if hasattr(self.acceptor, "reset"):         # acceptors with per-request state (cospec.Arbiter)
+            self.acceptor.reset(self.prompt)
         self.steps: list[dict] = []
         self.t_start = time.perf_counter()
         self.root = sample(probs(target.reset(self.prompt), sampling), self.gen)
@@ -75,7 +77,8 @@ class _Run:
         """Accept from the verify pass's logits, commit, and record the step."""
         t0 = time.perf_counter()
         tree = self.tree
-        path, self.root = self.acceptor(tree, probs(logits, self.sampling), self.sampling.greedy, self.gen)
+        extra = {"logits": logits} if getattr(self.acceptor, "uses_logits", False) else {}
+        path, self.root = self.acceptor(tree, probs(logits, self.sampling), self.sampling.greedy, self.gen, **extra)
         self.target.commit([0] + [i + 1 for i in path])
         accepted = [tree.tokens[i] for i in path]
         if self.drafter is not None:

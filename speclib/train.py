@@ -46,7 +46,14 @@ PRESETS = {
     # batches from those workloads and half from plain stdlib source so the code skill is kept.
     "agent-target": dict(init="code-target", mix=0.5, lr=5e-4),
     "agent-draft": dict(init="code-draft", mix=0.5, lr=1e-3),
+    # Notebook 04's pair, trained on the arithmetic task only (`data.math_problems`): small enough
+    # that both still make mistakes, the draft's forward several times cheaper than the target's.
+    "math-target": dict(data="math", hidden_size=384, num_hidden_layers=6, num_attention_heads=6,
+                        num_key_value_heads=6, intermediate_size=1024, lr=2e-3),
+    "math-draft": dict(data="math", hidden_size=128, num_hidden_layers=2, num_attention_heads=4,
+                       num_key_value_heads=4, intermediate_size=384, lr=3e-3),
 }
+MATH_TRAIN_PROBLEMS = 200_000
 
 
 def train_tokenizer(out: Path = TOKENIZER_DIR) -> Path:
@@ -94,7 +101,7 @@ def make_model(name: str, tokenizer):
     if "init" in PRESETS[name]:          # fine-tuning: start from a shipped checkpoint's weights
         return transformers.AutoModelForCausalLM.from_pretrained(CHECKPOINTS / PRESETS[name]["init"],
                                                                  dtype=torch.float32)
-    p = {k: v for k, v in PRESETS[name].items() if k not in ("lr", "arch")}
+    p = {k: v for k, v in PRESETS[name].items() if k not in ("lr", "arch", "data")}
     eos = tokenizer.eos_token_id
     common = dict(vocab_size=len(tokenizer), max_position_embeddings=1024, tie_word_embeddings=True,
                   bos_token_id=eos, eos_token_id=eos, pad_token_id=eos, **p)
@@ -110,6 +117,20 @@ def workload_stream(split: str, tokenizer) -> np.ndarray:
     from . import workloads
     return _cached_stream(f"workloads_{split}", lambda: (ex["prompt"] + ex["reference"] for w in workloads.WORKLOADS
                                                          for ex in workloads.examples(w, split)), tokenizer)
+
+
+def math_stream(split: str, tokenizer) -> np.ndarray:
+    """Arithmetic problems (question + worked solution) of a split, EOS-joined; cached in build/."""
+    n = MATH_TRAIN_PROBLEMS if split == "train" else 1000
+    return _cached_stream(f"math_{split}_{n}", lambda: (p["question"] + p["solution"]
+                                                        for p in data.math_problems(split, n)), tokenizer)
+
+
+def streams(name: str, tokenizer) -> tuple[np.ndarray, np.ndarray]:
+    """(train, held-out) token streams of a preset."""
+    if PRESETS[name].get("data") == "math":
+        return math_stream("train", tokenizer), math_stream("validation", tokenizer)
+    return token_stream("train", tokenizer), token_stream("heldout", tokenizer)
 
 
 def batch(stream: np.ndarray, bsz: int, seq: int, gen: torch.Generator) -> torch.Tensor:
@@ -144,7 +165,7 @@ def train_model(name: str, steps: int, minutes: float, bsz: int = 8, seq: int = 
                 eval_every: int = 200) -> Path:
     torch.manual_seed(seed)
     tok = load_tokenizer()
-    train, held = token_stream("train", tok), token_stream("heldout", tok)
+    train, held = streams(name, tok)
     mix = PRESETS[name].get("mix", 0.0)
     extra = workload_stream("train", tok) if mix else None
     model = make_model(name, tok)
@@ -224,8 +245,11 @@ def export(name: str, model, tok, held: np.ndarray, distill_from: str | None) ->
     log = [json.loads(l) for l in (STATE / name / "log.jsonl").read_text().splitlines()]
     evals = [r for r in log if "heldout_loss" in r]
     curve = ", ".join(f"{r['tokens'] / 1e6:.2f}M tok: {r['heldout_loss']:.3f}" for r in evals[:: max(1, len(evals) // 8)])
-    samples = []
-    for prompt in ["def fibonacci(n):\n", "import os\n\n\ndef list_files(path):\n"]:
+    samples, is_math = [], PRESETS.get(name, {}).get("data") == "math"
+    prompts = ["def fibonacci(n):\n", "import os\n\n\ndef list_files(path):\n"]
+    if is_math:
+        prompts = [p["question"] for p in data.math_problems("validation", 2)]
+    for prompt in prompts:
         ids = tok(prompt, return_tensors="pt")["input_ids"]
         with torch.no_grad():
             gen = model.generate(ids, max_new_tokens=48, do_sample=False, pad_token_id=tok.eos_token_id)
@@ -237,6 +261,13 @@ def export(name: str, model, tok, held: np.ndarray, distill_from: str | None) ->
         init_note = (f"\n- Fine-tuned from `{PRESETS[name]['init']}`: {PRESETS[name]['mix']:.0%} of each batch from the "
                      f"train-split examples of `speclib.workloads` (agentic edit, JSON tool calls, plans, structured "
                      f"rewriting), the rest plain stdlib source. Tokens below count the fine-tuning only.")
+    data_line = (f"the Python {sys.version.split()[0]} standard library's non-test source, split by file (every\n"
+                 f"  {data.HELDOUT_EVERY}th file held out)")
+    if is_math:
+        acc = math_accuracy(model, tok, data.math_problems("validation", 200))
+        data_line = (f"{MATH_TRAIN_PROBLEMS} generated arithmetic problems with worked solutions "
+                     f"(`speclib.data.math_problems('train', ...)`, levels {data.MATH_LEVELS}); held-out loss on the "
+                     f"validation split. Greedy final-answer accuracy on 200 validation problems: **{acc:.1%}**")
     card = f"""# {name}
 
 {ARCH_NAMES.get(model.config.model_type, model.config.model_type)} architecture, {n_params / 1e6:.2f}M parameters (tied embeddings), {model.config.num_hidden_layers} layers,
@@ -244,8 +275,7 @@ hidden {model.config.hidden_size}, vocabulary {model.config.vocab_size} (the sha
 Weights stored in bf16.
 
 - Command: `python -m speclib.train {' '.join(sys.argv[1:]) or 'model ' + name}` (resumable; preset `{name}` in `speclib/train.py`).
-- Data: the Python {sys.version.split()[0]} standard library's non-test source, split by file (every
-  {data.HELDOUT_EVERY}th file held out); {'distilled from `' + distill_from + '` (KL to its softmax, mixed with next-token loss)' if distill_from else 'next-token loss'}.{init_note}
+- Data: {data_line}; {'distilled from `' + distill_from + '` (KL to its softmax, mixed with next-token loss)' if distill_from else 'next-token loss'}.{init_note}
 - Tokens seen: {last['tokens'] / 1e6:.2f}M in {last['step']} steps; training wall time {last['seconds'] / 60:.1f} min on 2 CPU cores (bf16 autocast).
 - Held-out loss (fp32, 64 windows of 256 tokens): **{final:.3f}** nats/token{f"; on the held-out workload examples of notebook 02: **{final_w:.3f}**" if mixed else ""}.
 - Held-out loss curve: {curve}.
@@ -258,9 +288,24 @@ Weights stored in bf16.
         "name": name, "parameters": n_params, "heldout_loss": round(final, 4), "tokens_seen": last["tokens"],
         "heldout_loss_workloads": round(final_w, 4) if mixed else None, "init_from": PRESETS[name].get("init"),
         "steps": last["step"], "train_minutes": round(last["seconds"] / 60, 1), "distilled_from": distill_from,
-        "python": sys.version.split()[0]}, indent=1))
+        "python": sys.version.split()[0], **({"validation_accuracy": round(acc, 4)} if is_math else {})}, indent=1))
     print(f"exported {name}: held-out loss {final:.3f}", flush=True)
     return out
+
+
+@torch.no_grad()
+def math_accuracy(model, tok, problems: list[dict], max_new_tokens: int = 96) -> float:
+    """Greedy final-answer accuracy (left-padded batches through `generate`)."""
+    model.eval()
+    tok.padding_side, right = "left", 0
+    for i in range(0, len(problems), 50):
+        chunk = problems[i:i + 50]
+        enc = tok([p["question"] for p in chunk], return_tensors="pt", padding=True)
+        out = model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=tok.eos_token_id)
+        texts = tok.batch_decode(out[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+        right += sum(data.math_answer(t) == p["answer"] for t, p in zip(texts, chunk))
+    tok.padding_side = "right"
+    return right / len(problems)
 
 
 def main(argv=None):

@@ -27,6 +27,7 @@ class Tree:
     parents: list[int]
     q: torch.Tensor | None = None          # [N, V] draft distributions, or None (point masses)
     source: str = "model"
+    draft_logits: torch.Tensor | None = None  # [N, V] the draft model's raw logits (for CoSpec's features)
     children: list[list[int]] = field(init=False, repr=False)
 
     def __post_init__(self):

@@ -35,15 +35,17 @@ class ModelDrafter:
     def draft(self, context: list[int]) -> Tree:
         tail = context[self.fed:]
         logits = self.lm.extend(tail, list(range(-1, len(tail) - 1)))[-1]
-        tokens, qs = [], []
+        tokens, qs, raw = [], [], []
         for i in range(self.k):
             q = probs(logits, self.sampling)
             x = sample(q, self.gen) if not self.sampling.greedy else int(q.argmax())
-            tokens.append(x); qs.append(q)
+            tokens.append(x); qs.append(q); raw.append(logits)
             if i + 1 < self.k:
                 logits = self.lm.extend([x], [len(tail) + i - 1])[0]
         self.n_tail = len(tail)
-        return Tree.chain(tokens, torch.stack(qs))
+        tree = Tree.chain(tokens, torch.stack(qs))
+        tree.draft_logits = torch.stack(raw)
+        return tree
 
     def observe(self, accepted: list[int]) -> None:
         """Keep the fed tail and the accepted drafted tokens that went through the draft model."""
