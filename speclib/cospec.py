@@ -19,6 +19,7 @@ from collections import deque
 import torch
 import torch.nn.functional as F
 
+from .acceptance import accept_probability, residual
 from .sampling import sample
 
 FEATURES = ("logp_target_tok", "logp_draft_tok", "logq_draft_tok", "logq_target_tok", "entropy_p", "entropy_q",
@@ -94,7 +95,12 @@ class Policy(torch.nn.Module):
 
 def fit_supervised(policy: Policy, x: torch.Tensor, y: torch.Tensor, steps: int = 300, lr: float = 0.02,
                    weight_decay: float = 1e-3) -> list[float]:
-    """Full-batch Adam on binary cross-entropy (classes balanced by weight); returns the loss curve."""
+    """Full-batch Adam on binary cross-entropy (classes balanced by weight); returns the loss curve.
+    With fewer than two examples of either class there is nothing to learn: the policy becomes the
+    constant majority decision (target when there are no examples) and the curve is empty."""
+    if len(y) == 0 or y.min() == y.max() or min(int(y.sum()), int((1 - y).sum())) < 2:
+        policy.bias_shift.fill_(20.0 if len(y) and y.float().mean() > 0.5 else -20.0)
+        return []
     policy.standardize_on(x)
     opt = torch.optim.Adam(policy.net.parameters(), lr=lr, weight_decay=weight_decay)
     pos = y.float().mean().clamp(1e-3, 1 - 1e-3)
@@ -141,28 +147,17 @@ class Arbiter:
             raise ValueError("Arbiter needs raw logits: use it through speclib.generate with a ModelDrafter")
         path, row = [], 0
         for i, d in enumerate(tree.tokens):
-            if greedy:
-                t = int(p[row].argmax())
-                agree = t == d
-            else:
-                q = tree.q[i]
-                agree = float(torch.rand((), generator=gen)) < min(1.0, float(p[row][d] / q[d])) if q[d] > 0 else True
-                t = None
-            if not agree and not self._keep(logits[row], tree.draft_logits[i], t if greedy else int(p[row].argmax()), d, i):
+            t = int(p[row].argmax())       # greedy: the target's token; sampled: its most likely one (a feature)
+            agree = t == d if greedy else float(torch.rand((), generator=gen)) < accept_probability(p[row], tree.q[i], d)
+            if not agree and not self._keep(logits[row], tree.draft_logits[i], t, d, i):
                 self.recent.append(0)
                 self.depth += len(path) + 1
-                nxt = t if greedy else sample(_residual(p[row], tree.q[i]), gen)
-                return path, nxt
+                return path, t if greedy else sample(residual(p[row], tree.q[i]), gen)
             self.recent.append(1 if agree else 0)
             path.append(i)
             row = i + 1
         self.depth += len(path) + 1
         return path, int(p[row].argmax()) if greedy else sample(p[row], gen)
-
-
-def _residual(p, q):
-    from .acceptance import residual
-    return residual(p, q)
 
 
 # ---- the same process, batched token by token --------------------------------------------------------

@@ -90,7 +90,24 @@ def _rows_02() -> list[tuple[str, str, str]]:
     return [(m, v, f"`data/results/{nb}/{f}`") for m, v, f in rows]
 
 
-SECTIONS = {"01_baseline": _rows_01, "02_cache_hybrid": _rows_02, "03_tree_hybrid": _rows_03}
+def _rows_04() -> list[tuple[str, str, str]]:
+    nb = "04_cospec_rl"
+    m, dis = results.load(f"{nb}/methods").set_index("method"), results.load(f"{nb}/disagreements")
+    rows = []
+    for name, r in m.iterrows():
+        speed = f"; **{r.speedup:.2f}x** target AR in wall clock" if r.speedup == r.speedup else ""
+        calls = f", {r.calls_per_token:.3f} target calls/token" if r.calls_per_token == r.calls_per_token else ""
+        diff = "" if name == "target AR" else f", {100 * r.diff_vs_target:+.1f} points vs target AR (CI {100 * r.diff_lo:+.1f} to {100 * r.diff_hi:+.1f})"
+        rows.append((f"arithmetic test split, {name}", f"accuracy **{r.accuracy:.1%}** (95% CI {r.lo:.1%}–{r.hi:.1%}){diff}{speed}{calls}",
+                     "methods.parquet"))
+    d = dis[dis.split == "train"].iloc[0]
+    rows.append(("mismatches where the draft's token leads to a correct answer and the target's does not (branch rollouts)",
+                 f"{d.draft_right_target_wrong:.1%} (reverse: {d.target_right_draft_wrong:.1%}) of {int(d.mismatches)}",
+                 "disagreements.parquet"))
+    return [(k, v, f"`data/results/{nb}/{f}`") for k, v, f in rows]
+
+
+SECTIONS = {"01_baseline": _rows_01, "02_cache_hybrid": _rows_02, "03_tree_hybrid": _rows_03, "04_cospec_rl": _rows_04}
 
 
 def table() -> str:

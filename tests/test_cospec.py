@@ -134,3 +134,12 @@ def test_math_task_answers_match_an_independent_evaluator():
         data.math_problem(random.Random(0), 7)
     with pytest.raises(ValueError, match="split"):
         data.math_problems("dev", 3)
+
+
+def test_arbiter_refuses_trees_and_missing_logits():
+    tree = speclib.Tree([1, 2], [-1, -1])
+    p = torch.full((3, 8), 1 / 8)
+    with pytest.raises(ValueError, match="chains only"):
+        Arbiter()(tree, p, True, None, logits=p)
+    with pytest.raises(ValueError, match="raw logits"):
+        Arbiter()(speclib.Tree.chain([1, 2]), p, True, None)

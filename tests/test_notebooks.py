@@ -80,3 +80,23 @@ def test_02_cache_hybrid_smoke(out):
     assert (logs.accepted <= logs.draft_len).all() and (logs.predicted <= logs.draft_len + 1e-9).all()
     for name in ["predictor", "payoff", "speedup"]:
         assert (out / "figures" / f"02_cache_hybrid_{name}.png").stat().st_size > 10_000
+
+
+@pytest.mark.skipif(not {"math-target", "math-draft"} <= set(__import__("speclib").checkpoints()),
+                    reason="math pair missing (python -m speclib.train model math-target / math-draft)")
+def test_04_cospec_rl_smoke(out):
+    from speclib.notebooks import run
+    run(REPO / "notebooks/04_cospec_rl.ipynb", out / "04.ipynb", {"SMOKE": True})
+    res = out / "results" / "04_cospec_rl"
+    m = pd.read_parquet(res / "methods.parquet").set_index("method")
+    assert {"target AR", "draft AR", "lossless SD", "AutoJudge (classifier)", "CoSpec (RL)",
+            "oracle branch choice"} <= set(m.index)
+    assert m.accuracy.between(0, 1).all()
+    assert m.diff_vs_target["lossless SD"] == 0                 # greedy lossless SD is the target's output
+    assert m.accuracy["oracle branch choice"] >= m.accuracy["target AR"]
+    assert (m.same_as_batched.dropna() > 0.5).all()             # the real loop reproduces the batched process
+    assert m.speedup.dropna().gt(0).all()
+    curve = pd.read_parquet(res / "rl_curve.parquet")
+    assert len(curve) >= 2 and curve.accuracy.between(0, 1).all()
+    for name in ["rl_curve", "pareto", "policy"]:
+        assert (out / "figures" / f"04_cospec_rl_{name}.png").stat().st_size > 10_000
