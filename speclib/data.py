@@ -98,7 +98,7 @@ def load_workload(name: str, n: int | None = None) -> list[dict]:
 
 MATH_SPLITS = {"train": 0, "validation": 1, "test": 2}
 MATH_LEVELS = (1, 2, 3, 4)            # a level-L problem has L + 1 derived steps
-_VARS = "abcdefghjkmnpqrstuvwxyz"
+_VARS = "abcdefg"
 
 
 def spell(n: int) -> str:
@@ -106,38 +106,37 @@ def spell(n: int) -> str:
 
 
 def math_problem(rng: random.Random, level: int) -> dict:
-    """One problem: two given values, level + 1 steps each combining earlier values or constants with
-    +, - or * (a one-digit factor); every value stays in [0, 999]. Returns question, solution, answer."""
+    """One problem: a and b given; then c, d, ... (level + 1 steps), each the previous value (or, one
+    time in three, any earlier one) combined by +, - or * with an earlier value or a constant (a
+    one-digit factor for *); every value stays in [0, 999]. The worked solution restates each step by
+    name, then by value, then the result. Returns question, solution, answer, level."""
     if level not in MATH_LEVELS:
         raise ValueError(f"level must be one of {MATH_LEVELS}, got {level!r}")
     while True:
-        names = rng.sample(_VARS, level + 3)
-        values = {names[0]: rng.randint(2, 99), names[1]: rng.randint(2, 99)}
+        names = _VARS[:level + 3]
+        values = {"a": rng.randint(2, 99), "b": rng.randint(2, 99)}
         question = [f"{n} = {spell(v)}" for n, v in values.items()]
-        solution, ok = [], True
-        for name in names[2:]:
+        solution = []
+        for i, name in enumerate(names[2:], 2):
             op = rng.choice("+-*")
-            a = rng.choice(list(values))
+            a = names[i - 1] if rng.random() < 2 / 3 else rng.choice(names[:i])
             if op == "*":
-                b, bv = (str(rng.randint(2, 9)),) * 2
-                b_text = b
-                bv = int(bv)
+                bv = rng.randint(2, 9)
+                b = b_val = str(bv)
             elif rng.random() < 0.7:
-                b = rng.choice([v for v in values if v != a] or [a])
-                b_text, bv = b, values[b]
+                b = rng.choice([n for n in names[:i] if n != a])
+                bv, b_val = values[b], spell(values[b])
             else:
                 bv = rng.randint(1, 99)
-                b_text = b = spell(bv)
+                b = b_val = spell(bv)
             av = values[a]
             value = av + bv if op == "+" else av - bv if op == "-" else av * bv
             if not 0 <= value <= 999:
-                ok = False
                 break
             values[name] = value
-            question.append(f"{name} = {a} {op} {b_text}")
-            b_num = spell(bv) if b in values else b_text
-            solution.append(f"{name} = {spell(av)} {op} {b_num} = {spell(value)}")
-        if ok:
+            question.append(f"{name} = {a} {op} {b}")
+            solution.append(f"{name} = {a} {op} {b} = {spell(av)} {op} {b_val} = {spell(value)}")
+        else:
             last = names[-1]
             return {"question": f"Q: {' . '.join(question)} . Find {last} .\nA:",
                     "solution": " " + " . ".join(solution) + f" .\nAnswer: {spell(values[last])}\n",
