@@ -42,8 +42,10 @@ train: venv
 	$(BIN)/python -m speclib.workloads
 	$(BIN)/python -m speclib.train model agent-target --steps 600 --minutes 45
 	$(BIN)/python -m speclib.train model agent-draft --steps 600 --minutes 12 --distill-from agent-target
-	$(BIN)/python -m speclib.train model math-target --steps 1400 --minutes 50 --batch 16
-	$(BIN)/python -m speclib.train model math-draft --steps 1700 --minutes 22 --batch 16
+	# math-target in two legs (the second resumes at step 1300 on a longer cosine schedule)
+	$(BIN)/python -m speclib.train model math-target --steps 1300 --minutes 34 --batch 16
+	$(BIN)/python -m speclib.train model math-target --steps 2100 --minutes 19 --batch 16
+	$(BIN)/python -m speclib.train model math-draft --steps 1600 --minutes 14 --batch 16
 
 bench: venv
 	$(BIN)/python -m speclib.bench
