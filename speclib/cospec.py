@@ -199,7 +199,8 @@ def _arbitrate_chunk(target, draft, prompts, k, policy, max_new_tokens, sample_p
     lt, tc, tmask, tpos = _prefill(tm, prompts, pad)
     if dm is not None:
         ld, dc, dmask, dpos = _prefill(dm, prompts, pad)
-    rows = [dict(tokens=[], feats=[], kept=[], at=[], target_calls=0) for _ in range(B)]
+    rows = [dict(tokens=[], feats=[], kept=[], at=[]) for _ in range(B)]
+    calls = torch.zeros(B, dtype=torch.long)         # verify passes after the prefill
     # position in the current chain; k = a target-only position (bonus or, at step 0, the prefill's token)
     j = torch.full((B,), k, dtype=torch.long)
     last_ended = torch.ones(B, dtype=torch.bool)
@@ -228,13 +229,11 @@ def _arbitrate_chunk(target, draft, prompts, k, policy, max_new_tokens, sample_p
                 recent[b].append(int(d[b] == t[b]))
             ends_chain = ~drafted | ((d != t) & ~keep)        # a bonus token, or the target's correction
             if step:                                          # each verify pass ends one chain; step 0 is the prefill
-                for b in (ends_chain & alive).nonzero()[:, 0].tolist():
-                    rows[b]["target_calls"] += 1
+                calls += ends_chain & alive
             last_ended = torch.where(alive, ends_chain, last_ended)
             j = torch.where(ends_chain, 0, j + 1)
         elif step:
-            for b in alive.nonzero()[:, 0].tolist():
-                rows[b]["target_calls"] += 1
+            calls += alive
         for b in alive.nonzero()[:, 0].tolist():
             rows[b]["tokens"].append(int(tok[b]))
         alive &= tok != eos
@@ -244,9 +243,9 @@ def _arbitrate_chunk(target, draft, prompts, k, policy, max_new_tokens, sample_p
         lt, tc, tmask, tpos = _advance(tm, tok, tc, tmask, tpos)
         if dm is not None:
             ld, dc, dmask, dpos = _advance(dm, tok, dc, dmask, dpos)
+    calls += ~last_ended                             # generation ended inside a chain: that pass still ran
     for b, r in enumerate(rows):
-        if not last_ended[b]:       # generation ended inside a chain: that verify pass still ran
-            r["target_calls"] += 1
+        r["target_calls"] = int(calls[b])
         r["feats"] = torch.stack(r["feats"]) if r["feats"] else torch.zeros(0, len(FEATURES))
         r["kept"] = torch.tensor(r["kept"], dtype=torch.bool)
     return rows
