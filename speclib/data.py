@@ -6,9 +6,11 @@ notebooks read the same prompts on every machine.
 """
 from __future__ import annotations
 
+import ast
 import gzip
 import json
 import random
+import re
 import sysconfig
 from pathlib import Path
 
@@ -157,7 +159,6 @@ def math_problems(split: str, n: int, levels=MATH_LEVELS) -> list[dict]:
 
 def math_answer(text: str) -> int | None:
     """The final answer a completion states ("Answer: 1 5 7"), or None when it states none."""
-    import re
     m = re.search(r"Answer:((?: \d)+)", text)
     return int(m.group(1).replace(" ", "")) if m else None
 
@@ -165,7 +166,6 @@ def math_answer(text: str) -> int | None:
 def solve_math(question: str) -> int:
     """Independent evaluator: parse the question's assignments and evaluate them in order with Python's
     own arithmetic (shares no code with the generator)."""
-    import ast
     body = question.split("Q:", 1)[1].split("Find", 1)
     env = {}
     for stmt in body[0].split(" . "):
@@ -173,6 +173,6 @@ def solve_math(question: str) -> int:
         if not stmt:
             continue
         name, expr = (s.strip() for s in stmt.split("=", 1))
-        expr = __import__("re").sub(r"\d(?: \d)*", lambda m: m.group(0).replace(" ", ""), expr)
+        expr = re.sub(r"\d(?: \d)*", lambda m: m.group(0).replace(" ", ""), expr)
         env[name] = eval(compile(ast.parse(expr, mode="eval"), "<q>", "eval"), {"__builtins__": {}}, dict(env))
     return env[body[1].strip(" .\nA:")]
