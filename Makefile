@@ -20,6 +20,9 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 figures: venv
+	# the llama.cpp backends of notebook 05 (compiles from source once, about 4 minutes on 2 cores);
+	# if it cannot build, notebook 05 skips those backends and says so
+	$(BIN)/python -m pip install -q -e ".[gguf]" || echo "llama-cpp-python did not install: notebook 05 skips llama.cpp"
 	mkdir -p build
 	@for nb in $(NOTEBOOKS); do \
 	  echo "== $$nb"; \

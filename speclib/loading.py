@@ -12,7 +12,8 @@ from .models.llama import LlamaLM
 HYBRID_TYPES = ("qwen3_5", "qwen3_5_text")      # Gated DeltaNet + attention: no stock tree support
 
 
-def load(name_or_path: str, device: str = "auto", dtype: torch.dtype | None = None, impl: str = "fast") -> LM:
+def load(name_or_path: str, device: str = "auto", dtype: torch.dtype | None = None, impl: str = "fast",
+         backend: str = "torch") -> LM:
     """A shipped checkpoint name (see `checkpoints()`), a local HF folder, or (online) an HF hub id.
 
     impl="fast" uses speclib's lean forward where one exists (Llama: `models.llama.LlamaLM`);
@@ -20,7 +21,21 @@ def load(name_or_path: str, device: str = "auto", dtype: torch.dtype | None = No
     Hybrid Qwen3.5 models always load as `models.hybrid.HybridLM` (strategy "closed_form"; other
     strategies and per-request states through `.view(...)`): a stock cache cannot hold a tree of
     recurrent states.
+
+    backend: the runtime for a Llama checkpoint (`speclib.backends.BACKENDS`): "torch" (default),
+    "torch-bf16", "torch-int8", "torch-compile", "onnx", "onnx-int8", "llamacpp-f16" / "-q8_0" / "-q4_0".
     """
+    from . import backends
+    backends.check(backend)
+    if backend != "torch":
+        if impl != "fast":
+            raise ValueError(f"backend {backend!r} runs speclib's own Llama forward; impl='hf' is for backend='torch'")
+        if backend == "torch-bf16":
+            dtype = torch.bfloat16
+        elif backend != "torch-compile":          # quantized and exported backends start from fp32 on cpu
+            if device not in ("auto", "cpu"):
+                raise ValueError(f"backend {backend!r} runs on the cpu here; got device={device!r}")
+            device, dtype = "cpu", torch.float32
     if impl not in ("fast", "hf"):
         raise ValueError(f"impl must be 'fast' or 'hf', got {impl!r}")
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -40,8 +55,10 @@ def load(name_or_path: str, device: str = "auto", dtype: torch.dtype | None = No
     model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(dev)
     tok = AutoTokenizer.from_pretrained(path)
     local = path if Path(str(path)).is_dir() else None
+    if backend != "torch" and model.config.model_type != "llama":
+        raise ValueError(f"backend {backend!r} needs a Llama checkpoint; {name_or_path!r} is {model.config.model_type!r}")
     if model.config.model_type in HYBRID_TYPES:
         return HybridLM(model, tok, dev, path=local)
     if impl == "fast" and model.config.model_type == "llama":
-        return LlamaLM(model, tok, dev, local)
+        return backends.build(LlamaLM(model, tok, dev, local), backend)
     return HFLM(model, tok, dev, local)

@@ -65,18 +65,28 @@ class LlamaLM(HFLM):
         inner = self.model.model
         x = inner.embed_tokens(ids[None])
         for i, layer in enumerate(inner.layers):
-            att, h = layer.self_attn, layer.input_layernorm(x)
-            q = att.q_proj(h).view(1, n, self.n_heads, self.head_dim).transpose(1, 2)
-            k = att.k_proj(h).view(1, n, self.n_kv, self.head_dim).transpose(1, 2)
-            v = att.v_proj(h).view(1, n, self.n_kv, self.head_dim).transpose(1, 2)
-            q, k = _rope(q, cos, sin), _rope(k, cos, sin)
+            q, k, v = self.qkv(layer, x, cos, sin)
             self.kv[i, 0, :, start:end], self.kv[i, 1, :, start:end] = k[0], v[0]
             keys, values = self.kv[i, 0, :, :end][None], self.kv[i, 1, :, :end][None]
-            o = F.scaled_dot_product_attention(q, keys, values, attn_mask=None if causal else mask,
-                                               is_causal=causal, enable_gqa=self.n_kv != self.n_heads)
-            x = x + att.o_proj(o.transpose(1, 2).reshape(1, n, -1))
-            x = x + layer.mlp(layer.post_attention_layernorm(x))
+            x = self.attend_mlp(layer, x, q, keys, values, None if causal else mask, causal)
         return self.model.lm_head(inner.norm(x))[0].float()
+
+    # One layer in two halves, shared with the ONNX export (`backends`), which keeps its cache outside.
+    def qkv(self, layer, x, cos, sin):
+        """x [1, n, d] -> q [1, H, n, hd], k and v [1, Hkv, n, hd], rotary applied to q and k."""
+        n, att, h = x.shape[1], layer.self_attn, layer.input_layernorm(x)
+        q = att.q_proj(h).view(1, n, self.n_heads, self.head_dim).transpose(1, 2)
+        k = att.k_proj(h).view(1, n, self.n_kv, self.head_dim).transpose(1, 2)
+        v = att.v_proj(h).view(1, n, self.n_kv, self.head_dim).transpose(1, 2)
+        return _rope(q, cos, sin), _rope(k, cos, sin), v
+
+    def attend_mlp(self, layer, x, q, keys, values, mask, causal: bool = False):
+        """The rest of the layer: attention over keys/values [1, Hkv, T, hd] (bool mask [n, T], True =
+        may attend), output projection, residuals and MLP."""
+        o = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, is_causal=causal,
+                                           enable_gqa=self.n_kv != self.n_heads)
+        x = x + layer.self_attn.o_proj(o.transpose(1, 2).reshape(1, x.shape[1], -1))
+        return x + layer.mlp(layer.post_attention_layernorm(x))
 
     @torch.inference_mode()
     def commit(self, path) -> None:
