@@ -107,7 +107,29 @@ def _rows_04() -> list[tuple[str, str, str]]:
     return [(k, v, f"`data/results/{nb}/{f}`") for k, v, f in rows]
 
 
-SECTIONS = {"01_baseline": _rows_01, "02_cache_hybrid": _rows_02, "03_tree_hybrid": _rows_03, "04_cospec_rl": _rows_04}
+def _rows_05() -> list[tuple[str, str, str]]:
+    nb = "05_backend_latency"
+    cls, lat = results.load(f"{nb}/classes"), results.load(f"{nb}/latency")
+    causes = results.load(f"{nb}/causes")
+    rows = []
+    pre = int(cls.prefix.min())
+    for r in cls[(cls.role == "target") & (cls.prefix == pre)].itertuples():
+        g = lat[(lat.role == "target") & (lat.prefix == pre) & (lat.backend == r.backend)].set_index("n").ratio
+        mid = 8 if 8 in g.index else int(g.index.max())
+        rows.append((f"target one pass over n tokens, prefix {pre}, {r.backend}",
+                     f"T(1) = {r.T1_ms:.2f} ms; T({mid})/T(1) = {g[mid]:.2f}, T({int(g.index.max())})/T(1) = {r.ratio_at_max:.2f} "
+                     f"({r.kind}; biggest step {r.biggest_step})", "classes.parquet"))
+    for r in causes.sort_values("speedup", ascending=False).itertuples():
+        verdict = f"decelerates: {r.dominant_cause}" if r.decelerates else f"larger cost term: {r.dominant_cause}"
+        rows.append((f"greedy SD, {r.config} (target ← draft), best K",
+                     f"**{r.speedup:.2f}x** at K = {int(r.K)} (95% CI {r.lo:.2f}–{r.hi:.2f}); analytic {r.predicted:.2f}x; "
+                     f"α = {r.alpha:.2f}, c = {r.c:.3f}, v(K) = {r.v:.2f}; {verdict}; SD = AR on {r.identical} / {r.of}",
+                     "causes.parquet"))
+    return [(k, v, f"`data/results/{nb}/{f}`") for k, v, f in rows]
+
+
+SECTIONS = {"01_baseline": _rows_01, "02_cache_hybrid": _rows_02, "03_tree_hybrid": _rows_03, "04_cospec_rl": _rows_04,
+            "05_backend_latency": _rows_05}
 
 
 def table() -> str:

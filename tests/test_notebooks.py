@@ -100,3 +100,24 @@ def test_04_cospec_rl_smoke(out):
     assert len(curve) >= 2 and curve.accuracy.between(0, 1).all()
     for name in ["rl_curve", "pareto", "policy"]:
         assert (out / "figures" / f"04_cospec_rl_{name}.png").stat().st_size > 10_000
+
+
+@needs_shipped
+def test_05_backend_latency_smoke(out):
+    """Runs whichever of the smoke backends are installed (llama.cpp is optional: `make figures` installs it)."""
+    from speclib.notebooks import run
+    run(REPO / "notebooks/05_backend_latency.ipynb", out / "05.ipynb", {"SMOKE": True})
+    res = out / "results" / "05_backend_latency"
+    lat = pd.read_parquet(res / "latency.parquet")
+    assert {"torch", "torch-int8", "serial:torch"} <= set(lat.backend) and lat.seconds.gt(0).all()
+    assert (lat[lat.n == 1].ratio == 1).all()
+    speed = pd.read_parquet(res / "speedup.parquet")
+    assert speed.speedup.gt(0).all() and speed.alpha.between(0, 1).all() and speed.predicted.gt(0).all()
+    fp32 = speed[speed.target_backend.isin(["torch", "serial:torch"])]
+    assert (fp32.identical == fp32["of"]).all()                  # fp32 greedy SD reproduces AR
+    serial = speed[speed.target_backend == "serial:torch"]
+    assert (serial.v > 1 + 0.5 * serial.K).all()                 # forced serial verification: v(K) grows with K
+    causes = pd.read_parquet(res / "causes.parquet")
+    assert set(causes.dominant_cause) <= {"draft too slow relative to target", "verification not parallel"}
+    for name in ["latency", "predicted_vs_measured", "break_even"]:
+        assert (out / "figures" / f"05_backend_latency_{name}.png").stat().st_size > 10_000

@@ -155,9 +155,10 @@ for i, pre in enumerate(PREFIXES):
                     ls="--" if b.startswith("serial") else "-")
         ax.plot(NS, NS, color="grey", lw=0.8, ls=":", label="T(n) = n·T(1)")
         ax.set_ylim(0.8, min(N_MAX, 8) + 0.2)
-        ax.set(title=f"{role} ({TARGET if role == 'target' else DRAFT}), prefix {pre}", xlabel="tokens per pass n",
-               ylabel="T(n) / T(1)")
+        ax.set(title=f"{role} ({TARGET if role == 'target' else DRAFT}), prefix {pre}", ylabel="T(n) / T(1)",
+               xlabel="tokens per pass n" if i == len(PREFIXES) - 1 else "")
 axes[0, 1].legend(fontsize=7, ncol=2)
+fig.tight_layout()
 savefig(fig, f"{NB}_latency"); plt.show()
 
 # %%
