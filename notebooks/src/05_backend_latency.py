@@ -314,10 +314,13 @@ display(Markdown(
     f"interleaved, as SD runs them; each "
     f"timed alone (section 1) gives `c_alone`. The largest gap is **{worst.config}**: c = {worst.c:.3f} "
     f"interleaved vs {worst.c_alone:.3f} alone (one-token passes {worst.target_1_ms:.2f} / {worst.draft_1_ms:.2f} ms "
-    f"vs {worst.target_1_alone_ms:.2f} / {worst.draft_1_alone_ms:.2f} ms alone): a runtime's idle worker threads keep "
-    f"spinning for a while after each pass and take the cores from the other model's pool. (ONNX Runtime sessions here "
-    f"are built with spinning off for this reason; torch's OpenMP pool and llama.cpp's are left as shipped — "
-    f"OMP_WAIT_POLICY=PASSIVE made every runtime slower.)"))
+    f"vs {worst.target_1_alone_ms:.2f} / {worst.draft_1_alone_ms:.2f} ms alone). Part of such a gap is idle worker "
+    f"threads that keep spinning after a pass and take the cores from the other model's pool: with ONNX Runtime's "
+    f"default spinning, a llama.cpp draft pass right after an ORT target pass took 2.7 ms instead of 0.24 ms, so the "
+    f"ORT sessions here are built with spinning off (that brought it to about 0.5 ms). The rest — caches refilled "
+    f"with the other model's weights, sleeping threads woken — this notebook does not separate. torch's OpenMP pool "
+    f"and llama.cpp's are left as shipped: OMP_WAIT_POLICY=PASSIVE made every runtime slower (a llama.cpp q4_0 target "
+    f"pass 1.1 -> 5.8 ms)."))
 
 # %% [markdown]
 # ## 4 · Break-even map
