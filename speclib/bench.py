@@ -1,8 +1,10 @@
 """Timing and the analytic model of speculative decoding (REFERENCE.md section A).
 
     python -m speclib.bench [--prompts 12] [--max-new-tokens 96]   (also `make bench`)
+    python -m speclib.bench --target-backend llamacpp-q4_0 --draft-backend llamacpp-q4_0
 
-compares greedy AR, speclib SD at K = 1..6 and transformers assisted generation on the shipped pair.
+compares greedy AR, speclib SD at K = 1..6 and transformers assisted generation (torch backends only) on
+the shipped pair, each model on the runtime given (`speclib.backends`).
 Times are medians over repeats with warm-up; nothing here is asserted as a test.
 """
 from __future__ import annotations
@@ -118,23 +120,27 @@ def main(argv=None):
     ap.add_argument("--prompts", type=int, default=12)
     ap.add_argument("--max-new-tokens", type=int, default=96)
     ap.add_argument("--k-max", type=int, default=6)
+    ap.add_argument("--target-backend", default="torch")
+    ap.add_argument("--draft-backend", default="torch")
     a = ap.parse_args(argv)
-    target, draft = load(a.target), load(a.draft)
+    target, draft = load(a.target, backend=a.target_backend), load(a.draft, backend=a.draft_backend)
+    with_hf = a.target_backend == a.draft_backend == "torch"      # assisted generation needs the torch models
     prompts = [target.encode(r["prompt"]) for r in data.load_workload("code_stdlib", a.prompts)]
     greedy = Sampling(0.0)
     prof = cost_profile(target, draft, range(1, a.k_max + 1))
     print(f"T_target(1) = {prof['target_1'] * 1e3:.2f} ms, T_draft(1) = {prof['draft_1'] * 1e3:.2f} ms, c = {prof['c']:.3f}")
     generate(target, prompts[0], 8, drafter=ModelDrafter(draft, 2), sampling=greedy)      # warm-up
-    rows = {"AR": []}
+    rows, same = {"AR": []}, []
     for ids in prompts:
         ar = generate(target, ids, a.max_new_tokens, sampling=greedy)
         rows["AR"].append(ar.stats["seconds"])
         for k in range(1, a.k_max + 1):
             sd = generate(target, ids, a.max_new_tokens, drafter=ModelDrafter(draft, k), sampling=greedy)
-            assert sd.tokens == ar.tokens, "greedy SD differs from AR"
+            same.append(sd.tokens == ar.tokens)     # fp32: always; quantized backends: see notebook 05
             rows.setdefault(f"SD K={k}", []).append((sd.stats["seconds"], token_acceptance(sd.stats["steps"])))
-            hf, secs = hf_assisted(target, draft, ids, len(ar.tokens), k)
-            rows.setdefault(f"HF K={k}", []).append((secs, float(hf == ar.tokens)))
+            if with_hf:
+                hf, secs = hf_assisted(target, draft, ids, len(ar.tokens), k)
+                rows.setdefault(f"HF K={k}", []).append((secs, float(hf == ar.tokens)))
     ar_t = np.array(rows["AR"])
     print(f"{'method':10s} {'speedup':>8s} {'95% CI':>16s} {'a/identical':>16s} {'v(K)':>6s} {'predicted':>9s}")
     for name, vals in rows.items():
@@ -145,6 +151,7 @@ def main(argv=None):
         k = int(name.split("=")[1])
         pred = predicted_speedup(extra, k, prof["c"], prof["v"][k]) if name.startswith("SD") else float("nan")
         print(f"{name:10s} {est:8.2f} {f'[{lo:.2f}, {hi:.2f}]':>16s} {extra:16.3f} {prof['v'][k]:6.2f} {pred:9.2f}")
+    print(f"greedy SD output identical to AR on {sum(same)} / {len(same)} runs")
 
 
 if __name__ == "__main__":
