@@ -64,10 +64,6 @@ def missing(name: str) -> list[str]:
     return [m for m in BACKENDS[name].modules if importlib.util.find_spec(m) is None]
 
 
-def available() -> list[str]:
-    return [n for n in BACKENDS if not missing(n)]
-
-
 def describe() -> str:
     return "\n".join(f"  {b.name:14s} {b.about}" + (f"  [needs: {b.install}]" if missing(b.name) else "")
                      for b in BACKENDS.values())
