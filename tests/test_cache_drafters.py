@@ -1,4 +1,5 @@
 """Cache drafters against brute force on random token streams; point-mass acceptance; greedy identity."""
+import functools
 import random
 from collections import Counter
 
@@ -159,6 +160,7 @@ from speclib.stats import chi2_two_sample                            # noqa: E40
 REPEATY = [1, 2, 3, 4, 5, 1, 2, 3, 4, 5, 1, 2, 3]
 
 
+@functools.lru_cache(maxsize=1)
 def _fitted_predictor():
     rng = np.random.default_rng(0)
     X = rng.random((300, len(FEATURES))) * 5
@@ -166,18 +168,22 @@ def _fitted_predictor():
     return PayoffPredictor(steps=100).fit(X, y)
 
 
-def _hybrid(policy, target, draft, reference=None):
+def _hybrid(policy, target, draft, reference=None, two_caches=False):
     costs = Costs(verify_s={n: 1e-3 * (1 + 0.05 * n) for n in range(1, 20)}, model_token_s=2e-4)
-    return HybridDrafter(SuffixDrafter(max_depth=8, max_spec=6), ModelDrafter(draft, 3), policy,
+    cache = SuffixDrafter(max_depth=8, max_spec=6)
+    if two_caches:                          # prompt lookup first: the fixed rules use the first cache
+        cache = [PromptLookupDrafter(2, 5), cache]
+    return HybridDrafter(cache, ModelDrafter(draft, 3), policy,
                          _fitted_predictor() if policy == "hvd" else None, costs, reference)
 
 
+@pytest.mark.parametrize("two_caches", [False, True])
 @pytest.mark.parametrize("policy", POLICIES)
-def test_greedy_identity_every_policy(policy):
+def test_greedy_identity_every_policy(policy, two_caches):
     target, draft = tiny_lm(32, 2, vocab=16, seed=0), tiny_lm(16, 1, vocab=16, seed=1)
     for prompt in (REPEATY, [3, 1, 4, 1, 5, 9, 2, 6]):
         ar = generate(target, prompt, 30, sampling=GREEDY).tokens
-        d = _hybrid(policy, target, draft, reference=ar)
+        d = _hybrid(policy, target, draft, reference=ar, two_caches=two_caches)
         sd = generate(target, prompt, 30, drafter=d, sampling=GREEDY)
         assert sd.tokens == ar
         assert len(d.log) == len(sd.stats["steps"])
@@ -186,6 +192,41 @@ def test_greedy_identity_every_policy(policy):
         assert sources <= {"cache", "model"}
         if policy in ("model", "cache"):
             assert sources == {policy}
+        if policy == "cache":               # the fixed rules verify the first cache's candidate
+            assert {s["cache_source"] for s in d.log} == {"prompt_lookup" if two_caches else "suffix"}
+
+
+def test_oracle_and_hvd_use_every_cache_and_agreement_feature():
+    """With two caches the oracle's chosen candidate is, at every step, accepted at least as far as each
+    cache candidate and the model draft; `agree` is the common prefix of the two cache candidates."""
+    target, draft = tiny_lm(32, 2, vocab=16, seed=0), tiny_lm(16, 1, vocab=16, seed=1)
+    ar = generate(target, REPEATY, 40, sampling=GREEDY).tokens
+    d = _hybrid("oracle", target, draft, reference=ar, two_caches=True)
+    pos = []
+    orig = d.draft
+    d.draft = lambda ctx: (pos.append(len(ctx) - len(REPEATY)), orig(ctx))[1]
+    generate(target, REPEATY, 40, drafter=d, sampling=GREEDY)
+    for j, step in zip(pos, d.log):
+        ctx, fut = REPEATY + ar[:j], ar[j:]
+        pl, sf = PromptLookupDrafter(2, 5), SuffixDrafter(max_depth=8, max_spec=6)
+        pl.reset(REPEATY, GREEDY, None); sf.reset(REPEATY, GREEDY, None)
+        for cand in (pl.draft(ctx).tokens, sf.draft(ctx).tokens):
+            n = 0
+            while n < len(cand) and n < len(fut) and cand[n] == fut[n]:
+                n += 1
+            assert step["accepted"] >= min(n, len(fut) - 1)
+    pl, sf = PromptLookupDrafter(2, 5), SuffixDrafter(max_depth=8, max_spec=6)
+    for c in (pl, sf):
+        c.reset(REPEATY, GREEDY, None)
+    ctx = REPEATY + ar[:3]
+    a, b = pl.draft(ctx).tokens, sf.draft(ctx).tokens
+    h = _hybrid("cache", target, draft, two_caches=True)
+    h.reset(REPEATY, GREEDY, torch.Generator())
+    h.draft(ctx)
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    assert h.log[-1]["agree"] == n and h.log[-1]["other_len"] == len(b) and h.log[-1]["draft_len"] == len(a)
 
 
 def test_oracle_accepts_at_least_as_much_as_each_candidate():
@@ -211,15 +252,15 @@ def test_hybrid_bad_arguments():
         o.reset([1, 2], Sampling(1.0), torch.Generator())
 
 
-@pytest.mark.parametrize("policy", ["cache", "arctic"])
-def test_chi_square_with_cache_drafts(policy):
+@pytest.mark.parametrize("policy,two_caches", [("cache", False), ("arctic", False), ("hvd", True)])
+def test_chi_square_with_cache_drafts(policy, two_caches):
     """Token at new-token index 4 over 800 seeded runs at T = 1, AR vs SD with point-mass cache drafts
     (alpha = 1e-3: 0.1% false-positive rate under the null; seeds fixed)."""
     target, draft = tiny_lm(32, 2, vocab=16, seed=0), tiny_lm(16, 1, vocab=16, seed=1)
     t1 = Sampling(1.0)
     ar = [generate(target, REPEATY, 5, sampling=t1, seed=s).tokens[4] for s in range(800)]
     sd = [generate(target, REPEATY, 5, sampling=t1, seed=10**6 + s,
-                   drafter=_hybrid(policy, target, draft)).tokens[4] for s in range(800)]
+                   drafter=_hybrid(policy, target, draft, two_caches=two_caches)).tokens[4] for s in range(800)]
     assert chi2_two_sample(ar, sd).p > 1e-3
 
 

@@ -11,9 +11,10 @@
 # `SuffixDrafter`, SuffixDecoding's per-request + global suffix trees with frequency probabilities)
 # and the model drafter (`agent-draft`, K tokens) feed `HybridDrafter`, which picks a source per
 # step: always model, always cache, ArcticInference's rule (suffix iff score ≥ K), SAM's rule
-# (retrieval iff match length ≥ 4), **HVD** (a payoff predictor's accepted-length estimate against
-# the model's recent acceptance, each over its measured cost), and the hindsight oracle. Cache
-# drafts are point masses, verified by the same lossless rule; every output is checked against AR.
+# (retrieval iff match length ≥ 4), **HVD** (a payoff predictor's accepted-length estimate for each
+# cache candidate — prompt lookup's and the suffix tree's — against the model's recent acceptance,
+# each over its measured cost), and the hindsight oracle over the same candidates. Cache drafts are
+# point masses, verified by the same lossless rule; every output is checked against AR.
 #
 # The predictor is fitted on logged verification outcomes of the first half of each workload's
 # held-out prompts (by file) and evaluated on the second half; the models were fine-tuned on the
@@ -83,19 +84,27 @@ display(Markdown(
 
 # %% [markdown]
 # ## 2 · Logged verification outcomes, and the payoff predictor
-# On the fit prompts we decode with the suffix cache alone (every non-empty candidate is verified)
-# and log each candidate's features with its accepted length; a model-only pass over the same
-# prompts gives the model drafter's per-token acceptance, HVD's starting estimate for that side. The predictor is a tiny MLP
-# (`PayoffPredictor`); we score it on logs of the evaluation prompts, which it never saw.
+# On the fit prompts we decode with each cache alone (every non-empty candidate is verified) and log
+# each candidate's features — including how far it agrees with the other cache's candidate at the
+# same step — with its accepted length; a model-only pass over the same prompts gives the model
+# drafter's per-token acceptance, HVD's starting estimate for that side. The predictor is a tiny MLP
+# (`PayoffPredictor`, one for both sources: the source is a feature); we score it on logs of the
+# evaluation prompts, which it never saw.
 
 # %%
+def caches(first="suffix"):
+    """Both cache drafters, `first` in front (the "cache" policy verifies the first one's candidate)."""
+    pair = [SuffixDrafter(max_spec=MAX_SPEC), PromptLookupDrafter(3, MAX_SPEC)]
+    return pair if first == "suffix" else pair[::-1]
+
 def cache_logs(split):
     rows = []
     for w in WORKLOADS:
-        d = HybridDrafter(SuffixDrafter(max_spec=MAX_SPEC), ModelDrafter(draft, K), "cache")
-        for pi, ids in enumerate(prompts[w][split]):
-            generate(target, ids, MAX_NEW_TOKENS, drafter=d, sampling=GREEDY)
-            rows += [dict(workload=w, prompt=pi, **s) for s in d.log if s["drafted"] > 0]
+        for first in ("suffix", "prompt lookup"):
+            d = HybridDrafter(caches(first), ModelDrafter(draft, K), "cache")
+            for pi, ids in enumerate(prompts[w][split]):
+                generate(target, ids, MAX_NEW_TOKENS, drafter=d, sampling=GREEDY)
+                rows += [dict(workload=w, prompt=pi, **s) for s in d.log if s["drafted"] > 0]
     return pd.DataFrame(rows)
 
 fit_logs = cache_logs("fit")
@@ -111,10 +120,13 @@ eval_logs = cache_logs("eval")
 eval_logs["predicted"] = predictor.predict(eval_logs[list(FEATURES)].to_numpy())
 rho = spearmanr(eval_logs.predicted, eval_logs.accepted).statistic
 mae = float((eval_logs.predicted - eval_logs.accepted).abs().mean())
-mae_score = float((eval_logs.score.clip(upper=eval_logs.draft_len) - eval_logs.accepted).abs().mean())
-rho_score = spearmanr(eval_logs.score, eval_logs.accepted).statistic
-quality = pd.DataFrame([dict(estimator="payoff predictor (MLP)", spearman=rho, mae=mae, n=len(eval_logs)),
-                        dict(estimator="suffix score (SuffixDecoding)", spearman=rho_score, mae=mae_score, n=len(eval_logs))])
+sfx = eval_logs[eval_logs.cache_source == "suffix"]
+mae_score = float((sfx.score.clip(upper=sfx.draft_len) - sfx.accepted).abs().mean())
+rho_score = spearmanr(sfx.score, sfx.accepted).statistic
+quality = pd.DataFrame([dict(estimator="payoff predictor (MLP), both sources", spearman=rho, mae=mae, n=len(eval_logs)),
+                        dict(estimator="payoff predictor (MLP), suffix candidates", spearman=spearmanr(sfx.predicted, sfx.accepted).statistic,
+                             mae=float((sfx.predicted - sfx.accepted).abs().mean()), n=len(sfx)),
+                        dict(estimator="suffix score (SuffixDecoding), suffix candidates", spearman=rho_score, mae=mae_score, n=len(sfx))])
 results.save(quality.assign(fit_rows=len(fit_logs), **meta), f"{NB}/predictor")
 results.save(eval_logs.assign(**meta), f"{NB}/cache_logs")
 display(quality.round(3))
@@ -134,7 +146,8 @@ axes[1].set(xlabel="predicted (jittered)", ylabel="accepted", title=f"Spearman {
 savefig(fig, f"{NB}_predictor"); plt.show()
 display(Markdown(
     f"Fitted on {len(fit_logs)} logged cache verifications, scored on {len(eval_logs)} unseen ones: Spearman "
-    f"**{rho:.2f}**, MAE **{mae:.2f}** tokens (the suffix tree's own score: Spearman {rho_score:.2f}, MAE {mae_score:.2f})."))
+    f"**{rho:.2f}**, MAE **{mae:.2f}** tokens (on the suffix candidates alone, the suffix tree's own score: Spearman "
+    f"{rho_score:.2f}, MAE {mae_score:.2f})."))
 
 # %% [markdown]
 # ## 3 · Where the cache pays
@@ -184,8 +197,10 @@ def policies(ar_tokens):
         "suffix": lambda: HybridDrafter(suffix(), ModelDrafter(draft, K), "cache"),
         "ArcticInference rule": lambda: HybridDrafter(suffix(), ModelDrafter(draft, K), "arctic"),
         "SAM rule": lambda: HybridDrafter(suffix(), ModelDrafter(draft, K), "sam"),
-        "HVD (ours)": lambda: HybridDrafter(suffix(), ModelDrafter(draft, K), "hvd", predictor, costs, model_prior=model_prior),
-        "oracle (hindsight)": lambda: HybridDrafter(suffix(), ModelDrafter(draft, K), "oracle", reference=ar_tokens),
+        "HVD, suffix candidate only": lambda: HybridDrafter(suffix(), ModelDrafter(draft, K), "hvd", predictor, costs,
+                                                            model_prior=model_prior),
+        "HVD (ours)": lambda: HybridDrafter(caches(), ModelDrafter(draft, K), "hvd", predictor, costs, model_prior=model_prior),
+        "oracle (hindsight)": lambda: HybridDrafter(caches(), ModelDrafter(draft, K), "oracle", reference=ar_tokens),
     }
 
 generate(target, prompts[WORKLOADS[0]]["eval"][0], 8, drafter=ModelDrafter(draft, 2), sampling=GREEDY)   # warm-up

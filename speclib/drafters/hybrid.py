@@ -2,21 +2,24 @@
 
     HybridDrafter(cache, model, policy="hvd", predictor=PayoffPredictor(...), costs=Costs(...))
 
-Each step the cache drafter (SuffixDrafter or PromptLookupDrafter) proposes a candidate for free;
-the policy decides whether to verify it or to run the model drafter instead:
+`cache` is one parameter-free drafter (SuffixDrafter, PromptLookupDrafter) or a list of them. Each
+step every cache drafter proposes a candidate for free; the policy decides which one to verify, or to
+run the model drafter instead:
 
-    "model"    always the model drafter             "cache"    always the cache draft (maybe empty)
-    "arctic"   cache iff its score >= model k       "sam"      cache iff its match length >= 4
+    "model"    always the model drafter             "cache"    always the first cache's draft (maybe empty)
+    "arctic"   first cache iff its score >= model k "sam"      first cache iff its match length >= 4
                (ArcticInference's hybrid rule)                 (SAM-Decoding's rule)
-    "hvd"      the source with the larger expected tokens per second: the predictor's accepted-length
-               estimate for the cache draft, the model drafter's running per-token acceptance (starting
-               from `model_prior`, measured offline) for the model, each over its measured cost of
-               drafting plus verifying
-    "oracle"   hindsight (greedy only): whichever draft the target's own greedy continuation accepts
-               further, given that continuation as `reference` (an upper bound, not a decoder)
+    "hvd"      the candidate with the most expected tokens per second: the predictor's accepted-length
+               estimate for each cache candidate, the model drafter's running per-token acceptance
+               (starting from `model_prior`, measured offline) for the model, each over its measured
+               cost of drafting plus verifying
+    "oracle"   hindsight (greedy only): whichever candidate the target's own greedy continuation accepts
+               furthest, given that continuation as `reference` (an upper bound, not a decoder)
 
-`log` records, for every step, the cache candidate's features, the chosen source, and after
-verification the accepted length: the training data of the predictor.
+`log` records, for every step, the features of the cache candidate the policy ranked first (for the
+fixed rules: the first cache's), the chosen source, and after verification the accepted length: the
+training data of the predictor. The features of a candidate include how far it agrees with the other
+caches' candidates: two independent sources proposing the same continuation is strong evidence.
 """
 from __future__ import annotations
 
@@ -31,8 +34,8 @@ from ..sampling import Sampling
 from ..tree import Tree
 
 POLICIES = ("model", "cache", "arctic", "sam", "hvd", "oracle")
-FEATURES = ("score", "match_len", "draft_len", "p_first", "p_last", "p_mean", "position", "global_tree",
-            "cache_recent", "model_recent")
+FEATURES = ("suffix_source", "score", "match_len", "draft_len", "p_first", "p_last", "p_mean", "position",
+            "global_tree", "agree", "other_len", "source_recent", "model_recent")
 
 
 @dataclass
@@ -96,14 +99,24 @@ class PayoffPredictor:
 
 @dataclass
 class _Recent:
-    """Exponential moving averages of per-token acceptance per source."""
+    """Exponential moving averages of per-token acceptance per draft source (Tree.source)."""
     decay: float = 0.9
-    rate: dict = field(default_factory=lambda: {"cache": 0.5, "model": 0.5})
+    rate: dict = field(default_factory=dict)
+
+    def get(self, source: str) -> float:
+        return self.rate.get(source, 0.5)
 
     def update(self, source: str, accepted: int, drafted: int) -> None:
         if drafted:
             reached = min(accepted + 1, drafted)
-            self.rate[source] = self.decay * self.rate[source] + (1 - self.decay) * accepted / reached
+            self.rate[source] = self.decay * self.get(source) + (1 - self.decay) * accepted / reached
+
+
+def _common_prefix(a: list[int], b: list[int]) -> int:
+    n = 0
+    while n < len(a) and n < len(b) and a[n] == b[n]:
+        n += 1
+    return n
 
 
 class HybridDrafter:
@@ -115,15 +128,22 @@ class HybridDrafter:
             raise ValueError("policy 'hvd' needs a fitted predictor and measured costs")
         if policy == "oracle" and reference is None:
             raise ValueError("policy 'oracle' needs the target's greedy continuation as `reference`")
-        self.cache, self.model, self.policy = cache, model, policy
-        self.predictor, self.costs, self.reference = predictor, costs, reference
         if not 0 <= model_prior < 1:
             raise ValueError(f"model_prior (per-token acceptance of the model drafter) must lie in [0, 1), got {model_prior!r}")
+        self.caches = list(cache) if isinstance(cache, (list, tuple)) else [cache]
+        if not self.caches:
+            raise ValueError("give at least one cache drafter")
+        self.model, self.policy = model, policy
+        self.predictor, self.costs, self.reference = predictor, costs, reference
         self.model_prior = model_prior          # where the model's running acceptance starts each request
 
     @property
+    def cache(self):
+        return self.caches[0]
+
+    @property
     def max_nodes(self) -> int:
-        return max(self.cache.max_nodes, self.model.max_nodes)
+        return max(c.max_nodes for c in self.caches + [self.model])
 
     def check_compatible(self, target: LM) -> None:
         self.model.check_compatible(target)
@@ -131,70 +151,73 @@ class HybridDrafter:
     def reset(self, prompt: list[int], sampling: Sampling, gen: torch.Generator) -> None:
         if self.policy == "oracle" and not sampling.greedy:
             raise ValueError("the hindsight oracle is defined for greedy decoding only")
-        self.cache.reset(prompt, sampling, gen)
+        for c in self.caches:
+            c.reset(prompt, sampling, gen)
         self.model.reset(prompt, sampling, gen)
         self.prompt_len, self.recent, self.log = len(prompt), _Recent(), []
         self.recent.rate["model"] = self.model_prior
         self._peek = None
 
-    def features(self, context: list[int]) -> np.ndarray:
-        last = getattr(self.cache, "last", None) or {"score": float(len(self._cand)),
-                                                     "match_len": getattr(self.cache, "match_len", 0),
-                                                     "probs": [1.0] * len(self._cand), "tree": "local"}
+    def features(self, i: int, context: list[int]) -> np.ndarray:
+        """The features of cache candidate i (see FEATURES)."""
+        cand, cache = self._cands[i], self.caches[i]
+        last = getattr(cache, "last", None) or {"score": float(len(cand)), "match_len": getattr(cache, "match_len", 0),
+                                                 "probs": [1.0] * len(cand), "tree": "local"}
         probs = last.get("probs") or [0.0]
-        return np.array([last["score"], last["match_len"], len(self._cand), probs[0], probs[-1], float(np.mean(probs)),
-                         len(context) - self.prompt_len, float(last.get("tree") == "global"),
-                         self.recent.rate["cache"], self.recent.rate["model"]], dtype=float)
+        others = [c.tokens for j, c in enumerate(self._cands) if j != i]
+        agree = max((_common_prefix(cand.tokens, o) for o in others), default=0)
+        other_len = max((len(o) for o in others), default=0)
+        return np.array([float(cand.source == "suffix"), last["score"], last["match_len"], len(cand), probs[0], probs[-1],
+                         float(np.mean(probs)), len(context) - self.prompt_len, float(last.get("tree") == "global"),
+                         agree, other_len, self.recent.get(cand.source), self.recent.get("model")], dtype=float)
 
     def draft(self, context: list[int]) -> Tree:
         t0 = time.perf_counter()
-        self._cand = self.cache.draft(context)
-        cache_s = time.perf_counter() - t0
-        x = self.features(context)
-        use_cache = self._choose(x, context)
+        self._cands = [c.draft(context) for c in self.caches]
+        self._cache_s = time.perf_counter() - t0
+        X = np.stack([self.features(i, context) for i in range(len(self._cands))])
+        best, use_cache = self._choose(X, context)
         if use_cache:
-            tree = self._cand
+            tree = self._cands[best]
         else:                                   # the oracle may already have drafted from the model
             tree = self._peek if self._peek is not None else self.model.draft(context)
-        self.log.append(dict(zip(FEATURES, x.tolist()), source="cache" if use_cache else "model",
-                             drafted=len(tree), cache_s=cache_s))
-        self._used = "cache" if use_cache else "model"
+        self.log.append(dict(zip(FEATURES, X[best].tolist()), source="cache" if use_cache else "model",
+                             cache_source=self._cands[best].source, drafted=len(tree), cache_s=self._cache_s))
+        self._used = tree.source if use_cache else "model"
         return tree
 
-    def _choose(self, x: np.ndarray, context: list[int]) -> bool:
-        n = len(self._cand)
+    def _choose(self, X: np.ndarray, context: list[int]) -> tuple[int, bool]:
+        """(index of the cache candidate ranked first, whether to verify it instead of the model draft)."""
+        n = len(self._cands[0])
         if self.policy == "cache":
-            return True
-        if n == 0 or self.policy == "model":
-            return False
+            return 0, True
+        if self.policy == "model" or not any(len(c) for c in self._cands):
+            return 0, False
         if self.policy == "arctic":
-            return x[FEATURES.index("score")] >= self.model.max_nodes
+            return 0, n > 0 and X[0, FEATURES.index("score")] >= self.model.max_nodes
         if self.policy == "sam":
-            return x[FEATURES.index("match_len")] >= 4
+            return 0, n > 0 and X[0, FEATURES.index("match_len")] >= 4
         if self.policy == "oracle":
             return self._oracle(context)
         c, k = self.costs, self.model.max_nodes
-        e_cache = float(self.predictor.predict(x[None])[0])
-        a = min(self.recent.rate["model"], 0.999)
+        sizes = np.array([len(t) for t in self._cands])
+        e_cache = self.predictor.predict(X)
+        rate_cache = np.where(sizes > 0, (e_cache + 1) / np.array([self._cache_s + c.verify(s + 1) for s in sizes]), -1.0)
+        best = int(rate_cache.argmax())
+        a = min(self.recent.get("model"), 0.999)
         e_model = (a - a ** (k + 1)) / (1 - a)                     # expected accepted, i.i.d. a
-        rate_cache = (e_cache + 1) / (c.cache_s + c.verify(n + 1))
-        rate_model = (e_model + 1) / (c.cache_s + k * c.model_token_s + c.verify(k + 1))
-        return rate_cache > rate_model
+        rate_model = (e_model + 1) / (self._cache_s + k * c.model_token_s + c.verify(k + 1))
+        return best, bool(rate_cache[best] > rate_model)
 
-    def _oracle(self, context: list[int]) -> bool:
+    def _oracle(self, context: list[int]) -> tuple[int, bool]:
         future = self.reference[len(context) - self.prompt_len:]
-
-        def accepted(tokens):
-            n = 0
-            while n < len(tokens) and n < len(future) and tokens[n] == future[n]:
-                n += 1
-            return n
-        # the model draft is computed for the comparison only when the cache draft is not already perfect
-        n_cache = accepted(self._cand.tokens)
-        if n_cache == len(self._cand):
-            return True
+        accepted = [_common_prefix(t.tokens, future) for t in self._cands]
+        best = int(np.argmax(accepted))         # ties: the earlier cache
+        # the model draft is computed for the comparison only when no cache draft is already perfect
+        if accepted[best] == len(self._cands[best]) and accepted[best] > 0:
+            return best, True
         self._peek = self.model.draft(context)
-        return n_cache > accepted(self._peek.tokens)
+        return best, accepted[best] > _common_prefix(self._peek.tokens, future)
 
     def observe(self, accepted: list[int]) -> None:
         step = self.log[-1]
@@ -205,4 +228,5 @@ class HybridDrafter:
         elif self._peek is not None:            # an oracle peek that lost: drop it, keep the fed tail
             self.model.observe([])
         self._peek = None
-        self.cache.observe(accepted)
+        for c in self.caches:
+            c.observe(accepted)
