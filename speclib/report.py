@@ -76,7 +76,7 @@ def _rows_02() -> list[tuple[str, str, str]]:
     pooled, speed, pred = results.load(f"{nb}/agentic_pooled"), results.load(f"{nb}/speedup"), results.load(f"{nb}/predictor")
     pooled = pooled.set_index("policy")
     rows = []
-    for pol in ["HVD (ours)", "HVD, suffix candidate only", "ArcticInference rule", "SAM rule", "suffix", "prompt lookup",
+    for pol in ["HVD (ours)", "HVD, whole candidates", "HVD, suffix candidate only", "ArcticInference rule", "SAM rule", "suffix", "prompt lookup",
                 "model", "oracle (hindsight)"]:
         if pol not in pooled.index:
             continue

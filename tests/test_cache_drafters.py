@@ -239,12 +239,36 @@ def test_oracle_accepts_at_least_as_much_as_each_candidate():
     assert per_call["oracle"] >= max(per_call["model"], per_call["cache"]) - 0.2
 
 
+def test_hvd_cuts_cache_drafts_to_the_predicted_payoff_plus_margin():
+    target, draft = tiny_lm(32, 2, vocab=16, seed=0), tiny_lm(16, 1, vocab=16, seed=1)
+    ar = generate(target, REPEATY, 30, sampling=GREEDY).tokens
+    for margin in (0, 1, None):
+        d = _hybrid("hvd", target, draft, two_caches=True)
+        d.margin = margin
+        assert generate(target, REPEATY, 30, drafter=d, sampling=GREEDY).tokens == ar
+        for step in d.log:
+            if step["source"] == "cache":
+                x = np.array([[step[f] for f in FEATURES]])
+                whole = int(step["draft_len"])
+                cut = whole if margin is None else min(whole, max(1, int(np.ceil(d.predictor.predict(x)[0])) + margin))
+                assert step["drafted"] == cut
+
+
+def test_costs_fitted_line():
+    c = Costs.fitted([1, 2, 3, 4], [1.0, 3.0, 2.0, 4.0], model_token_s=0.5)
+    assert c.verify(4) > c.verify(1) and c.verify(2) - c.verify(1) == pytest.approx(c.verify(4) - c.verify(3))
+    flat = Costs.fitted([1, 2, 3], [3.0, 2.0, 1.0], model_token_s=0.5)     # a falling fit is flattened
+    assert flat.verify(1) == flat.verify(3) == pytest.approx(2.0)
+
+
 def test_hybrid_bad_arguments():
     d = tiny_lm(16, 1, vocab=16)
     with pytest.raises(ValueError, match="policy"):
         HybridDrafter(SuffixDrafter(), ModelDrafter(d, 2), "sometimes")
     with pytest.raises(ValueError, match="predictor"):
         HybridDrafter(SuffixDrafter(), ModelDrafter(d, 2), "hvd")
+    with pytest.raises(ValueError, match="margin"):
+        HybridDrafter(SuffixDrafter(), ModelDrafter(d, 2), "model", margin=-1)
     with pytest.raises(ValueError, match="reference"):
         HybridDrafter(SuffixDrafter(), ModelDrafter(d, 2), "oracle")
     o = HybridDrafter(SuffixDrafter(), ModelDrafter(d, 2), "oracle", reference=[1])

@@ -10,9 +10,10 @@ run the model drafter instead:
     "arctic"   first cache iff its score >= model k "sam"      first cache iff its match length >= 4
                (ArcticInference's hybrid rule)                 (SAM-Decoding's rule)
     "hvd"      the candidate with the most expected tokens per second: the predictor's accepted-length
-               estimate for each cache candidate, the model drafter's running per-token acceptance
-               (starting from `model_prior`, measured offline) for the model, each over its measured
-               cost of drafting plus verifying
+               estimate e for each cache candidate, cut to ceil(e) + `margin` tokens (verifying tokens
+               that will not be accepted costs time on a compute-bound target), the model drafter's
+               running per-token acceptance (starting from `model_prior`, measured offline) for the
+               model, each over its measured cost of drafting plus verifying
     "oracle"   hindsight (greedy only): whichever candidate the target's own greedy continuation accepts
                furthest, given that continuation as `reference` (an upper bound, not a decoder)
 
@@ -48,6 +49,16 @@ class Costs:
 
     def verify(self, n: int) -> float:
         return self.verify_s[min(max(n, 1), max(self.verify_s))]
+
+    @classmethod
+    def fitted(cls, ns, seconds, model_token_s: float, cache_s: float = 0.0) -> "Costs":
+        """verify_s from a least-squares line a + b (n - 1), b >= 0, through measured T(n): on a shared
+        machine single medians are noisy enough to make 16 tokens look cheaper than 4."""
+        ns, t = np.asarray(ns, float), np.asarray(seconds, float)
+        b, a = np.polyfit(ns - 1, t, 1)
+        if b < 0:
+            b, a = 0.0, float(t.mean())
+        return cls({int(n): float(a + b * (n - 1)) for n in ns}, model_token_s, cache_s)
 
 
 class PayoffPredictor:
@@ -121,7 +132,8 @@ def _common_prefix(a: list[int], b: list[int]) -> int:
 
 class HybridDrafter:
     def __init__(self, cache, model, policy: str = "hvd", predictor: PayoffPredictor | None = None,
-                 costs: Costs | None = None, reference: list[int] | None = None, model_prior: float = 0.5):
+                 costs: Costs | None = None, reference: list[int] | None = None, model_prior: float = 0.5,
+                 margin: int | None = 2):
         if policy not in POLICIES:
             raise ValueError(f"policy must be one of {POLICIES}, got {policy!r}")
         if policy == "hvd" and (predictor is None or costs is None):
@@ -136,6 +148,9 @@ class HybridDrafter:
         self.model, self.policy = model, policy
         self.predictor, self.costs, self.reference = predictor, costs, reference
         self.model_prior = model_prior          # where the model's running acceptance starts each request
+        if margin is not None and (not isinstance(margin, int) or margin < 0):
+            raise ValueError(f"margin (tokens kept beyond the predicted payoff) must be an int >= 0 or None, got {margin!r}")
+        self.margin = margin                    # None: verify cache candidates whole
 
     @property
     def cache(self):
@@ -179,6 +194,8 @@ class HybridDrafter:
         best, use_cache = self._choose(X, context)
         if use_cache:
             tree = self._cands[best]
+            if self._keep is not None and self._keep < len(tree):     # a point-mass chain: cut it
+                tree = Tree.chain(tree.tokens[: self._keep], None, source=tree.source)
         else:                                   # the oracle may already have drafted from the model
             tree = self._peek if self._peek is not None else self.model.draft(context)
         self.log.append(dict(zip(FEATURES, X[best].tolist()), source="cache" if use_cache else "model",
@@ -187,8 +204,9 @@ class HybridDrafter:
         return tree
 
     def _choose(self, X: np.ndarray, context: list[int]) -> tuple[int, bool]:
-        """(index of the cache candidate ranked first, whether to verify it instead of the model draft)."""
-        n = len(self._cands[0])
+        """(index of the cache candidate ranked first, whether to verify it instead of the model draft);
+        sets self._keep, how many of its tokens to verify (None: all)."""
+        n, self._keep = len(self._cands[0]), None
         if self.policy == "cache":
             return 0, True
         if self.policy == "model" or not any(len(c) for c in self._cands):
@@ -202,8 +220,12 @@ class HybridDrafter:
         c, k = self.costs, self.model.max_nodes
         sizes = np.array([len(t) for t in self._cands])
         e_cache = self.predictor.predict(X)
-        rate_cache = np.where(sizes > 0, (e_cache + 1) / np.array([self._cache_s + c.verify(s + 1) for s in sizes]), -1.0)
+        if self.margin is not None:
+            sizes = np.minimum(sizes, np.maximum(1, np.ceil(e_cache).astype(int) + self.margin)) * (sizes > 0)
+        rate_cache = np.where(sizes > 0, (np.minimum(e_cache, sizes) + 1)
+                              / np.array([self._cache_s + c.verify(s + 1) for s in sizes]), -1.0)
         best = int(rate_cache.argmax())
+        self._keep = int(sizes[best])
         a = min(self.recent.get("model"), 0.999)
         e_model = (a - a ** (k + 1)) / (1 - a)                     # expected accepted, i.i.d. a
         rate_model = (e_model + 1) / (self._cache_s + k * c.model_token_s + c.verify(k + 1))
