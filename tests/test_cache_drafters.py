@@ -196,7 +196,7 @@ def test_greedy_identity_every_policy(policy, two_caches):
             assert {s["cache_source"] for s in d.log} == {"prompt_lookup" if two_caches else "suffix"}
 
 
-def test_oracle_and_hvd_use_every_cache_and_agreement_feature():
+def test_oracle_over_two_caches_and_agreement_feature():
     """With two caches the oracle's chosen candidate is, at every step, accepted at least as far as each
     cache candidate and the model draft; `agree` is the common prefix of the two cache candidates."""
     target, draft = tiny_lm(32, 2, vocab=16, seed=0), tiny_lm(16, 1, vocab=16, seed=1)

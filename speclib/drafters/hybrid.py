@@ -153,10 +153,6 @@ class HybridDrafter:
         self.margin = margin                    # None: verify cache candidates whole
 
     @property
-    def cache(self):
-        return self.caches[0]
-
-    @property
     def max_nodes(self) -> int:
         return max(c.max_nodes for c in self.caches + [self.model])
 
