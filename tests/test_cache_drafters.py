@@ -251,7 +251,19 @@ def test_hvd_cuts_cache_drafts_to_the_predicted_payoff_plus_margin():
                 x = np.array([[step[f] for f in FEATURES]])
                 whole = int(step["draft_len"])
                 cut = whole if margin is None else min(whole, max(1, int(np.ceil(d.predictor.predict(x)[0])) + margin))
-                assert step["drafted"] == cut
+                assert step["drafted"] == cut          # verify cost grows with n here: no padding
+
+
+def test_hvd_pads_the_cut_to_a_cheaper_verify_size():
+    target, draft = tiny_lm(32, 2, vocab=16, seed=0), tiny_lm(16, 1, vocab=16, seed=1)
+    d = _hybrid("hvd", target, draft)
+    d.costs = Costs(verify_s={1: 1.0, 2: 3.0, 3: 3.0, 4: 3.5, 5: 2.0, 6: 2.5, 7: 2.0, 8: 4.0}, model_token_s=0.1)
+    d.margin = 1
+    assert d._cut(0, 0.0) == 0
+    assert d._cut(6, 0.2) == 6          # at least 2 tokens: n = 3..7 cost 3, 3.5, 2, 2.5, 2 -> the longest cheapest
+    assert d._cut(3, 0.2) == 2          # 2 tokens (n = 3: 3.0) beat 3 (n = 4: 3.5)
+    assert d._cut(7, 5.5) == 7          # at least 7 of 7
+    assert d._cut(2, 9.0) == 2
 
 
 def test_costs_fitted_line():
@@ -259,6 +271,24 @@ def test_costs_fitted_line():
     assert c.verify(4) > c.verify(1) and c.verify(2) - c.verify(1) == pytest.approx(c.verify(4) - c.verify(3))
     flat = Costs.fitted([1, 2, 3], [3.0, 2.0, 1.0], model_token_s=0.5)     # a falling fit is flattened
     assert flat.verify(1) == flat.verify(3) == pytest.approx(2.0)
+    assert Costs.fitted([2, 5], [2.0, 5.0], 0.5).verify_s == pytest.approx({1: 1.0, 2: 2.0, 3: 3.0, 4: 4.0, 5: 5.0})
+
+
+def test_costs_from_logged_steps():
+    rng = np.random.default_rng(3)
+    cost = lambda d: 0.010 + 0.001 * d + (0.004 if d == 2 else 0.0)     # 3 tokens cost more than the line says
+    steps = [dict(drafted=d, source="suffix", draft_s=1e-4, verify_s=cost(d) + rng.normal(0, 1e-4))
+             for d in rng.integers(1, 12, 600)]
+    steps += [dict(drafted=4, source="model", draft_s=4 * 0.002, verify_s=0.014)] * 9
+    steps += [dict(drafted=0, source=None, draft_s=1e-4, verify_s=0.5)] * 9         # empty drafts: not used
+    steps += [dict(drafted=14, source="suffix", draft_s=1e-4, verify_s=9.0)] * 5    # too rare: the line instead
+    c = Costs.from_steps(steps)
+    for d in (1, 2, 5, 10):                                                        # measured sizes: their medians
+        assert c.verify(d + 1) == pytest.approx(cost(d), abs=3e-4)
+    assert c.verify(15) == pytest.approx(cost(14), rel=0.1)                        # the line, not the 5 outliers
+    assert c.model_token_s == pytest.approx(0.002) and c.cache_s == pytest.approx(1e-4)
+    with pytest.raises(ValueError, match="model-drafted"):
+        Costs.from_steps([s for s in steps if s["source"] != "model"])
 
 
 def test_hybrid_bad_arguments():
@@ -299,3 +329,17 @@ def test_payoff_predictor_learns_and_clips():
     assert (pred >= 0).all() and (pred <= X[300:, FEATURES.index("draft_len")]).all()
     with pytest.raises(RuntimeError, match="before fit"):
         PayoffPredictor().predict(X)
+
+
+def test_payoff_predictor_ignores_a_feature_constant_in_training():
+    # the fit logs come from cache-only decoding, where e.g. a source's running acceptance may never
+    # move; meeting another value of it while decoding must not change the prediction
+    rng = np.random.default_rng(2)
+    X = rng.random((300, len(FEATURES))) * 4
+    j = FEATURES.index("source_recent")
+    X[:, j] = 0.5
+    y = np.minimum(X[:, FEATURES.index("draft_len")], X[:, 0])
+    p = PayoffPredictor(steps=100).fit(X, y)
+    moved = X[:20].copy()
+    moved[:, j] = rng.random(20)
+    np.testing.assert_array_equal(p.predict(moved), p.predict(X[:20]))

@@ -19,6 +19,7 @@ TRUNC = Sampling(0.8, top_k=8, top_p=0.9)
 
 FIXED = dict(branching=(3, 2, 1, 1))
 CONF = dict(budget=16, expand="confidence", depth=6, top=4)
+SPINE = dict(budget=9, expand="spine", depth=5, top=3, min_value=0.02)
 
 
 def noisy_copy(scale=0.3, seed=0):
@@ -68,8 +69,8 @@ def check_tree(tree, drafter, sampling):
                 assert q[c, tree.tokens[c]] == 1                           # one-hot on the node's token
 
 
-@pytest.mark.parametrize("kind", [FIXED, CONF, dict(budget=7, depth=3, top=3), dict(branching=(5, 1, 2))],
-                         ids=["fixed", "conf", "conf-small", "fixed-512"])
+@pytest.mark.parametrize("kind", [FIXED, CONF, dict(budget=7, depth=3, top=3), dict(branching=(5, 1, 2)), SPINE],
+                         ids=["fixed", "conf", "conf-small", "fixed-512", "spine"])
 @pytest.mark.parametrize("sampling", [GREEDY, T1, TRUNC], ids=["greedy", "t1", "trunc"])
 def test_draft_is_a_valid_tree(pair, kind, sampling):
     target, draft = pair
@@ -94,14 +95,16 @@ def test_max_nodes_and_bad_arguments(pair):
     assert TreeDrafter(draft, budget=16).max_nodes == 16
     for bad in [dict(branching=()), dict(branching=(2, 0)), dict(branching=3), dict(budget=0),
                 dict(budget=8, depth=0), dict(budget=8, top=0), dict(budget=8, expand="random"),
-                dict(branching=(2,), budget=8)]:
+                dict(branching=(2,), budget=8), dict(budget=3, depth=4, expand="spine"),
+                dict(budget=8, min_value=1.0), dict(budget=8, min_value=-0.1)]:
         with pytest.raises(ValueError):
             TreeDrafter(draft, **bad)
     with pytest.raises(ValueError, match="vocabulary"):
         generate(tiny_lm(vocab=65), [1], 5, drafter=TreeDrafter(draft))
 
 
-@pytest.mark.parametrize("kind", [FIXED, CONF, dict(budget=7, depth=3, top=3)], ids=["fixed", "conf", "conf-small"])
+@pytest.mark.parametrize("kind", [FIXED, CONF, dict(budget=7, depth=3, top=3), SPINE],
+                         ids=["fixed", "conf", "conf-small", "spine"])
 @pytest.mark.parametrize("sampling", [T1, TRUNC, GREEDY], ids=["t1", "trunc", "greedy"])
 def test_draft_cache_tracks_the_context(kind, sampling):
     """After observe(), the draft LM's state must equal a fresh prefill of the context: the root's
@@ -124,7 +127,8 @@ def test_draft_cache_tracks_the_context(kind, sampling):
         context = context + accepted + [20 + step]
 
 
-@pytest.mark.parametrize("kind", [FIXED, CONF, dict(budget=5, depth=2, top=3)], ids=["fixed", "conf", "conf-small"])
+@pytest.mark.parametrize("kind", [FIXED, CONF, dict(budget=5, depth=2, top=3), SPINE],
+                         ids=["fixed", "conf", "conf-small", "spine"])
 def test_greedy_tree_sd_equals_ar(pair, kind):
     target, draft = pair
     for d in (draft, noisy_copy()):
@@ -170,8 +174,9 @@ class GreedyChildrenClaimedSampled(TreeDrafter):
         return [(x, conf) for x in top]
 
 
-@pytest.mark.parametrize("sampling,kind", [(T1, FIXED), (TRUNC, dict(budget=5, depth=2, top=3))],
-                         ids=["t1-fixed", "trunc-conf"])
+@pytest.mark.parametrize("sampling,kind", [(T1, FIXED), (TRUNC, dict(budget=5, depth=2, top=3)),
+                                           (T1, dict(budget=6, expand="spine", depth=3, top=3))],
+                         ids=["t1-fixed", "trunc-conf", "t1-spine"])
 def test_chi_square_ar_vs_tree_sd(pair, sampling, kind):
     """Token at new-token index 4 over 1200 independent seeded runs (i.i.d.), AR vs tree SD:
     two-sample chi-square, alpha = 1e-3 (0.1% false-positive rate per assertion under the null;
@@ -211,3 +216,32 @@ def test_tree_yields_more_tokens_per_call_than_chain():
     chain = tokens_per_call(lambda: ModelDrafter(draft, 4))
     tree = tokens_per_call(lambda: TreeDrafter(draft, branching=(3, 2, 1, 1)))
     assert tree > 1.05 * chain, (tree, chain)
+
+
+def test_spine_is_the_chain_plus_leaves():
+    """expand='spine', greedy: the chain of first children is what ModelDrafter(lm, depth) drafts, every other node is a leaf hanging off that chain, a leaf's path value (product of
+    draft probabilities) is >= min_value, and the draft model is fed exactly the chain (never a leaf)."""
+    K, min_value = 4, 0.01
+    spine = TreeDrafter(sharpen(noisy_copy(seed=1), 10), budget=12, expand="spine", depth=K, top=3, min_value=min_value)
+    chain = ModelDrafter(sharpen(noisy_copy(seed=1), 10), K)
+    context, leaves = [5, 2, 9, 4], 0
+    spine.reset(context[:-1], GREEDY, torch.Generator().manual_seed(3))
+    chain.reset(context[:-1], GREEDY, torch.Generator().manual_seed(3))
+    for step in range(5):
+        tree = spine.draft(context)
+        want = chain.draft(context)
+        firsts, row = [], 0
+        while tree.children[row]:
+            firsts.append(tree.children[row][0])
+            row = firsts[-1] + 1
+        assert [tree.tokens[i] for i in firsts] == want.tokens
+        assert len(spine.lm.pending_parents) == len(chain.lm.pending_parents)      # leaves never fed
+        for i in set(range(len(tree))) - set(firsts):
+            assert not tree.children[i + 1] and tree.parents[i] in [-1] + firsts
+            assert spine.values[i] >= min_value
+            leaves += 1
+        accepted = want.tokens[: step % (K + 1)]
+        spine.observe(accepted)
+        chain.observe(accepted)
+        context = context + accepted + [20 + step]
+    assert leaves > 0

@@ -35,7 +35,9 @@ PREFIX_LEN = 128        # cached prefix before each timed verify pass
 N_PROMPTS = 12          # held-out prompts for end-to-end decoding (half stdlib, half HumanEval)
 MAX_NEW_TOKENS = 96
 CHAIN_KS = [2, 3, 4, 5, 6]   # chain SD draft lengths tried in the pilot (the best one is used)
-TREE_DEPTHS = [3, 4, 6]      # tree depths tried in the pilot
+TREE_DEPTHS = [3, 4, 6]      # EAGLE-2 tree depths tried in the pilot
+SPINE_VALUES = [0.05, 0.15, 0.3]   # least path value of a sibling leaf, chain + leaves trees, in the pilot
+PILOT_PROMPTS = 4            # held-out prompts of the pilot (not used below)
 TREE_DEPTH = 6               # shape of the random trees in the latency measurements
 DECODE_BATCH = 4        # batch size of the batched decoding comparison
 SELF_KS = [1, 2, 3, 4]  # draft lengths for the self-speculation study
@@ -59,6 +61,7 @@ from speclib.plotting import savefig, style
 if SMOKE:
     TREE_SIZES, BATCHES, LATENCY_REPEATS, N_PROMPTS, MAX_NEW_TOKENS = [8, 32], [1, 2], 2, 2, 24
     SELF_KS, EVAL_WINDOWS, DECODE_BATCH, CHAIN_KS, TREE_DEPTHS = [1, 2], 4, 2, [2, 4], [3]
+    SPINE_VALUES, PILOT_PROMPTS = [0.15], 2
 NB = "03_tree_hybrid"
 GREEDY = Sampling(0.0)
 style()
@@ -216,33 +219,41 @@ display(Markdown(
 # %% [markdown]
 # ## 4 · Tuning both sides, and a batch-wide node budget from a cost model profiled at start
 # Tree and chain are each given their best shape on this machine before they are compared. A short
-# pilot (batch 1, two held-out prompts not used below) decodes with every chain length in `CHAIN_KS`
-# and every tree (budget n, depth d) and records, per step, the tokens gained E, the drafting
-# seconds D and the verify seconds V; batch 1 uses the configuration with the most tokens per second
-# E / (D + V). For a batch of b requests that draft one after another and verify in one shared pass,
+# pilot (batch 1, `PILOT_PROMPTS` held-out prompts not used below) decodes with every chain length in
+# `CHAIN_KS`, every EAGLE-2 tree (budget n, depth d) and every *chain + leaves* tree (the chain of
+# length K plus sibling leaves whose path value is at least v: the draft model runs exactly as for
+# the chain, so a leaf costs only its verification), and records, per step, the tokens gained E,
+# the drafting seconds D and the verify seconds V; batch 1 uses each kind's configuration with the
+# most tokens per second E / (D + V). For a batch of b requests that draft one after another and verify in one shared pass,
 # `bench_tree.choose_budget` combines the pilot's E(n), D(n) with the verify profile T_b(n) of
 # section 3 and picks the n maximising `b·E(n) / (b·D(n) + T_b(n))`.
 
 # %%
-pilot_prompts = [target.encode(r["prompt"]) for r in data.load_workload("code_stdlib", half + 2)[half:]]
+pilot_prompts = [target.encode(r["prompt"]) for r in data.load_workload("code_stdlib", half + PILOT_PROMPTS)[half:]]
 budgets = [n for n in sorted(set([4] + TREE_SIZES)) if n <= 64]
 
 def pilot_run(make):
     steps = []
     for ids in pilot_prompts:
-        steps += generate(target, ids, MAX_NEW_TOKENS // 2, sampling=GREEDY, drafter=make()).stats["steps"]
-    E, D, V = (np.mean([f(s) for s in steps]) for f in (lambda s: s["accepted"] + 1, lambda s: s["draft_s"], lambda s: s["verify_s"]))
-    return dict(tokens_per_step=E, draft_s=D, verify_s=V, tokens_per_s=E / (D + V))
+        steps += generate(target, ids, MAX_NEW_TOKENS, sampling=GREEDY, drafter=make()).stats["steps"]
+    E, D, V, N = (np.mean([f(s) for s in steps]) for f in (lambda s: s["accepted"] + 1, lambda s: s["draft_s"],
+                                                         lambda s: s["verify_s"], lambda s: s["drafted"]))
+    return dict(tokens_per_step=E, draft_s=D, verify_s=V, drafted_per_step=N, tokens_per_s=E / (D + V))
 
 pilot_rows = [dict(kind="chain", K=k, budget=k, depth=k, **pilot_run(lambda k=k: ModelDrafter(draft, k)))
               for k in tqdm(CHAIN_KS, desc="pilot chains")]
 pilot_rows += [dict(kind="tree", K=np.nan, budget=n, depth=d,
                     **pilot_run(lambda n=n, d=d: TreeDrafter(draft, budget=n, depth=d, top=4)))
                for d in tqdm(TREE_DEPTHS, desc="pilot trees") for n in budgets if n >= d]
+spine = lambda k, v, d=draft: TreeDrafter(d, budget=3 * k, expand="spine", depth=k, top=3, min_value=v)
+pilot_rows += [dict(kind="chain + leaves", K=k, budget=3 * k, depth=k, min_value=v, **pilot_run(lambda k=k, v=v: spine(k, v)))
+               for k in tqdm(CHAIN_KS, desc="pilot chain + leaves") for v in SPINE_VALUES]
 pilot = pd.DataFrame(pilot_rows)
 best_chain = pilot[pilot.kind == "chain"].loc[lambda x: x.tokens_per_s.idxmax()]
 best_tree = pilot[pilot.kind == "tree"].loc[lambda x: x.tokens_per_s.idxmax()]
+best_spine = pilot[pilot.kind == "chain + leaves"].loc[lambda x: x.tokens_per_s.idxmax()]
 K_CHAIN, TREE_BUDGET, TREE_DEPTH_BEST = int(best_chain.K), int(best_tree.budget), int(best_tree.depth)
+K_SPINE, SPINE_VALUE = int(best_spine.K), float(best_spine.min_value)
 results.save(pilot.assign(**meta), f"{NB}/pilot")
 display(pilot.round(4))
 
@@ -266,6 +277,9 @@ for i, d in enumerate(TREE_DEPTHS):
     axes[0].plot(g.budget, g.tokens_per_s, "o-", color=f"C{i}", label=f"tree, depth {d}")
 g = pilot[pilot.kind == "chain"]
 axes[0].plot(g.K, g.tokens_per_s, "s--", color="k", label="chain, K draft tokens")
+for j, v in enumerate(SPINE_VALUES):
+    g = pilot[(pilot.kind == "chain + leaves") & (pilot.min_value == v)]
+    axes[0].plot(g.K, g.tokens_per_s, "^:", color=f"C{len(TREE_DEPTHS) + j}", label=f"chain K + leaves, value >= {v}")
 axes[0].set(xscale="log", xlabel="draft nodes per step", ylabel="tokens / s (pilot, batch 1)", title="Pilot: tree shapes vs chains")
 axes[0].legend(fontsize=8)
 for i, (b, g) in enumerate(budget.groupby("batch")):
@@ -279,7 +293,9 @@ savefig(fig, f"{NB}_budget"); plt.show()
 BATCH_BUDGET = int(chosen.budget_per_request.get(DECODE_BATCH, chosen.budget_per_request.iloc[-1]))
 display(Markdown(
     f"Best chain: **K = {K_CHAIN}** ({best_chain.tokens_per_s:.1f} tokens/s in the pilot); best tree: **{TREE_BUDGET} nodes, "
-    f"depth {TREE_DEPTH_BEST}** ({best_tree.tokens_per_s:.1f} tokens/s, {best_tree.tokens_per_step:.2f} tokens per step). "
+    f"depth {TREE_DEPTH_BEST}** ({best_tree.tokens_per_s:.1f} tokens/s, {best_tree.tokens_per_step:.2f} tokens per step); "
+    f"best chain + leaves: **K = {K_SPINE}, leaf value ≥ {SPINE_VALUE}** ({best_spine.tokens_per_s:.1f} tokens/s, "
+    f"{best_spine.tokens_per_step:.2f} tokens per step, {best_spine.drafted_per_step:.1f} nodes). "
     f"Batch 1 decodes with the pilot's measured best; for larger batches the cost model decides (its own batch-1 "
     f"choice, {int(chosen.budget_per_request.iloc[0])}, shows how far a profile of random trees is from real drafts). "
     f"Cost-model budget per request by batch size: " +
@@ -288,8 +304,9 @@ display(Markdown(
 # %% [markdown]
 # ## 5 · End-to-end decoding on `hybrid-target`
 # Greedy, `MAX_NEW_TOKENS` new tokens per held-out prompt: target alone (AR), chain SD with the
-# separate draft (the pilot's best K, closed-form strategy), tree SD with the same draft
-# (confidence-expanded, the pilot's best budget and depth) under `closed_form` and under `materialize`. Interleaved per prompt; speedup is
+# separate draft (the pilot's best K, closed-form strategy), tree SD with the same draft —
+# EAGLE-2 confidence-expanded (the pilot's best budget and depth) under `closed_form` and under
+# `materialize`, and chain + leaves (the pilot's best K and leaf value) under `closed_form`. Interleaved per prompt; speedup is
 # AR time over method time per prompt (median, 95% bootstrap CI). Every output must equal AR's.
 
 # %%
@@ -300,6 +317,7 @@ def methods():
         "tree SD, closed_form": (target, TreeDrafter(draft, budget=TREE_BUDGET, depth=TREE_DEPTH_BEST, top=4)),
         "tree SD, materialize": (target.view(strategy="materialize"),
                                  TreeDrafter(draft, budget=TREE_BUDGET, depth=TREE_DEPTH_BEST, top=4)),
+        "tree SD (chain + leaves), closed_form": (target, spine(K_SPINE, SPINE_VALUE)),
     }
 
 generate(target, prompts[0], 8, drafter=TreeDrafter(draft, budget=8, depth=3), sampling=GREEDY)   # warm-up
@@ -361,6 +379,13 @@ for name, g in batched.groupby("method", sort=False):
     summary.append(dict(method=name, batch=DECODE_BATCH, speedup=est, lo=lo, hi=hi, tokens_per_s=g.tokens_per_s.median(),
                         tokens_per_call=g.tokens_per_call.mean(), drafted_per_call=np.nan,
                         identical=int(g.identical.sum()), of=int(g.of.sum())))
+# each tree against the chain on the same prompts (batch 1): ratio of median times, paired bootstrap
+times = decode.pivot(index="prompt", columns="method", values="seconds")
+chain = f"chain SD (K = {K_CHAIN})"
+for row in summary:
+    if row["batch"] == 1 and row["method"].startswith("tree"):
+        row["vs_chain"], row["vs_chain_lo"], row["vs_chain_hi"] = stats.bootstrap_ratio_ci(
+            times[chain].to_numpy(), times[row["method"]].to_numpy(), seed=SEED)
 summary = pd.DataFrame(summary).assign(tree_budget=TREE_BUDGET, tree_depth=TREE_DEPTH_BEST, batch_budget=BATCH_BUDGET,
                                       chain_k=K_CHAIN, **meta)
 results.save(summary, f"{NB}/decode")
@@ -378,12 +403,18 @@ ax.set(ylabel="speedup over AR (same batch)", title="End-to-end greedy decoding 
 savefig(fig, f"{NB}_decode"); plt.show()
 s1 = summary[summary.batch == 1].set_index("method")
 sb = summary[summary.batch == DECODE_BATCH].set_index("method")
-chain = f"chain SD (K = {K_CHAIN})"
 display(Markdown(
     f"Batch 1: tree SD (closed form) **{s1.speedup['tree SD, closed_form']:.2f}x** over AR "
     f"(95% CI {s1.lo['tree SD, closed_form']:.2f}–{s1.hi['tree SD, closed_form']:.2f}, "
     f"{s1.tokens_per_call['tree SD, closed_form']:.2f} tokens per call), chain SD {s1.speedup[chain]:.2f}x "
-    f"({s1.tokens_per_call[chain]:.2f}), tree SD with materialised states {s1.speedup['tree SD, materialize']:.2f}x. "
+    f"({s1.tokens_per_call[chain]:.2f}), tree SD with materialised states {s1.speedup['tree SD, materialize']:.2f}x, "
+    f"chain + leaves tree SD **{s1.speedup['tree SD (chain + leaves), closed_form']:.2f}x** "
+    f"({s1.tokens_per_call['tree SD (chain + leaves), closed_form']:.2f} tokens per call, "
+    f"{s1.drafted_per_call['tree SD (chain + leaves), closed_form']:.1f} nodes). Against the chain on the same prompts "
+    f"(chain time / tree time): EAGLE-2 tree {s1.vs_chain['tree SD, closed_form']:.2f}x (CI "
+    f"{s1.vs_chain_lo['tree SD, closed_form']:.2f}–{s1.vs_chain_hi['tree SD, closed_form']:.2f}), chain + leaves "
+    f"**{s1.vs_chain['tree SD (chain + leaves), closed_form']:.2f}x** (CI {s1.vs_chain_lo['tree SD (chain + leaves), closed_form']:.2f}–"
+    f"{s1.vs_chain_hi['tree SD (chain + leaves), closed_form']:.2f}). "
     f"Batch {DECODE_BATCH}: tree SD {sb.speedup['tree SD, closed_form']:.2f}x and chain SD {sb.speedup[chain]:.2f}x the "
     f"throughput of batched AR. Outputs identical to AR: {int(summary.identical.sum())}/{int(summary.of.sum())} "
     f"(AR rows compare with themselves)."))

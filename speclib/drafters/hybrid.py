@@ -11,7 +11,8 @@ run the model drafter instead:
                (ArcticInference's hybrid rule)                 (SAM-Decoding's rule)
     "hvd"      the candidate with the most expected tokens per second: the predictor's accepted-length
                estimate e for each cache candidate, cut to ceil(e) + `margin` tokens (verifying tokens
-               that will not be accepted costs time on a compute-bound target), the model drafter's
+               that will not be accepted costs time on a compute-bound target; the cut is padded to
+               a longer length whose verify step costs less, where there is one), the model drafter's
                running per-token acceptance (starting from `model_prior`, measured offline) for the
                model, each over its measured cost of drafting plus verifying
     "oracle"   hindsight (greedy only): whichever candidate the target's own greedy continuation accepts
@@ -36,13 +37,14 @@ from ..tree import Tree
 
 POLICIES = ("model", "cache", "arctic", "sam", "hvd", "oracle")
 FEATURES = ("suffix_source", "score", "match_len", "draft_len", "p_first", "p_last", "p_mean", "position",
-            "global_tree", "agree", "other_len", "source_recent", "model_recent")
+            "global_tree", "agree", "other_len", "source_recent")
 
 
 @dataclass
 class Costs:
-    """Seconds, measured at start: verify_s[n] one target pass scoring n tokens (n = 1..max),
-    model_token_s one model-drafter token, cache_s one cache draft."""
+    """Seconds: verify_s[n] one step verifying n tokens (n = 1..max), model_token_s one model-drafter
+    token, cache_s one cache draft. Measure them (`fitted` through a benchmark, `from_steps` from the
+    loop's own logs)."""
     verify_s: dict[int, float]
     model_token_s: float
     cache_s: float = 0.0
@@ -51,20 +53,49 @@ class Costs:
         return self.verify_s[min(max(n, 1), max(self.verify_s))]
 
     @classmethod
-    def fitted(cls, ns, seconds, model_token_s: float, cache_s: float = 0.0) -> "Costs":
-        """verify_s from a least-squares line a + b (n - 1), b >= 0, through measured T(n): on a shared
-        machine single medians are noisy enough to make 16 tokens look cheaper than 4."""
+    def fitted(cls, ns, seconds, model_token_s: float, cache_s: float = 0.0, n_max: int | None = None) -> "Costs":
+        """verify_s[1..n_max] (default: the largest n measured) from a least-squares line a + b (n - 1),
+        b >= 0, through measured T(n): on a shared machine single medians are noisy enough to make 16
+        tokens look cheaper than 4."""
         ns, t = np.asarray(ns, float), np.asarray(seconds, float)
         b, a = np.polyfit(ns - 1, t, 1)
         if b < 0:
             b, a = 0.0, float(t.mean())
-        return cls({int(n): float(a + b * (n - 1)) for n in ns}, model_token_s, cache_s)
+        n_max = int(ns.max()) if n_max is None else n_max
+        return cls({n: float(a + b * (n - 1)) for n in range(1, n_max + 1)}, model_token_s, cache_s)
+
+    @classmethod
+    def from_steps(cls, steps, min_count: int = 20) -> "Costs":
+        """Costs as the decoding loop itself paid them, from logged steps (`Generation.stats["steps"]` of
+        cache-drafted and model-drafted runs). verify_s[n], n = drafted + 1: the median verify_s of the
+        steps of that size where at least `min_count` were seen, else the line fitted through those
+        medians. verify_s covers the target pass, acceptance, commit and the drafters' updates, and is
+        not smooth in n (on a CPU, matmul kernels for 2-4 rows can cost more than for 5), so measured
+        sizes keep their own value. model_token_s = median draft_s / drafted over model steps (with the
+        draft model's catch-up); cache_s = median draft_s over cache steps."""
+        by_n: dict[int, list[float]] = {}
+        model, cache = [], []
+        for s in steps:
+            if s["drafted"]:
+                by_n.setdefault(s["drafted"] + 1, []).append(s["verify_s"])
+                (model if s["source"] == "model" else cache).append(s["draft_s"] / (s["drafted"] if s["source"] == "model" else 1))
+        ns = sorted(n for n, v in by_n.items() if len(v) >= min_count)
+        if len(ns) < 2 or not model:
+            raise ValueError(f"need model-drafted steps and >= 2 draft sizes seen >= {min_count} times, got sizes {ns}")
+        med = {n: float(np.median(by_n[n])) for n in ns}
+        out = cls.fitted(ns, list(med.values()), float(np.median(model)), float(np.median(cache)) if cache else 0.0,
+                         n_max=max(by_n))
+        out.verify_s.update(med)
+        return out
 
 
 class PayoffPredictor:
     """Accepted length of a cache draft from its features: a tiny MLP (features -> 32 -> 32 -> 1,
     ReLU), fitted with torch on logged steps (Huber loss, full batch, seeded), evaluated in numpy so
-    a prediction costs microseconds inside the decoding loop. Clipped to [0, draft length]."""
+    a prediction costs microseconds inside the decoding loop. Clipped to [0, draft length].
+
+    A feature constant in the training logs carries no information and is ignored: standardising it
+    by its (zero) spread would turn any other value met while decoding into an enormous input."""
 
     def __init__(self, hidden: int = 32, steps: int = 600, lr: float = 1e-2, seed: int = 0):
         self.hidden, self.steps, self.lr, self.seed = hidden, steps, lr, seed
@@ -74,14 +105,15 @@ class PayoffPredictor:
         X, y = np.asarray(X, float), np.asarray(y, float)
         if len(X) < 2 or X.shape[1] != len(FEATURES):
             raise ValueError(f"need >= 2 rows of {len(FEATURES)} features, got shape {X.shape}")
-        self.mu, self.sd = X.mean(0), X.std(0) + 1e-6
+        self.mu, sd = X.mean(0), X.std(0)
+        self.scale = np.divide(1, sd, out=np.zeros_like(sd), where=sd > 1e-9)     # 0: ignored
         g = torch.Generator().manual_seed(self.seed)
         sizes = [X.shape[1], self.hidden, self.hidden, 1]
         params = []
         for i, o in zip(sizes, sizes[1:]):
             params += [(torch.randn(i, o, generator=g) * (2 / i) ** 0.5).requires_grad_(),
                        torch.zeros(o, requires_grad=True)]
-        xt = torch.tensor((X - self.mu) / self.sd, dtype=torch.float32)
+        xt = torch.tensor((X - self.mu) * self.scale, dtype=torch.float32)
         yt = torch.tensor(y, dtype=torch.float32)
         opt = torch.optim.Adam(params, lr=self.lr)
         for _ in range(self.steps):
@@ -99,7 +131,7 @@ class PayoffPredictor:
         if self.weights is None:
             raise RuntimeError("PayoffPredictor.predict before fit")
         X = np.asarray(X, float)
-        h = (X - self.mu) / self.sd
+        h = (X - self.mu) * self.scale
         w = self.weights
         for j in range(0, len(w), 2):
             h = h @ w[j] + w[j + 1]
@@ -180,7 +212,7 @@ class HybridDrafter:
         other_len = max((len(o) for o in others), default=0)
         return np.array([float(cand.source == "suffix"), last["score"], last["match_len"], len(cand), probs[0], probs[-1],
                          float(np.mean(probs)), len(context) - self.prompt_len, float(last.get("tree") == "global"),
-                         agree, other_len, self.recent.get(cand.source), self.recent.get("model")], dtype=float)
+                         agree, other_len, self.recent.get(cand.source)], dtype=float)
 
     def draft(self, context: list[int]) -> Tree:
         t0 = time.perf_counter()
@@ -217,7 +249,7 @@ class HybridDrafter:
         sizes = np.array([len(t) for t in self._cands])
         e_cache = self.predictor.predict(X)
         if self.margin is not None:
-            sizes = np.minimum(sizes, np.maximum(1, np.ceil(e_cache).astype(int) + self.margin)) * (sizes > 0)
+            sizes = np.array([self._cut(int(n), e) for n, e in zip(sizes, e_cache)])
         rate_cache = np.where(sizes > 0, (np.minimum(e_cache, sizes) + 1)
                               / np.array([self._cache_s + c.verify(s + 1) for s in sizes]), -1.0)
         best = int(rate_cache.argmax())
@@ -226,6 +258,15 @@ class HybridDrafter:
         e_model = (a - a ** (k + 1)) / (1 - a)                     # expected accepted, i.i.d. a
         rate_model = (e_model + 1) / (self._cache_s + k * c.model_token_s + c.verify(k + 1))
         return best, bool(rate_cache[best] > rate_model)
+
+    def _cut(self, n: int, e: float) -> int:
+        """Tokens of an n-token cache candidate with predicted payoff e to verify: at least
+        ceil(e) + margin (or all n), padded to the length, up to n, whose verify step costs least
+        (verify cost need not grow with n: more tokens for less time is never worse)."""
+        if n == 0:
+            return 0
+        lo = min(n, max(1, int(np.ceil(e)) + self.margin))
+        return min(range(lo, n + 1), key=lambda m: (self.costs.verify(m + 1), -m))
 
     def _oracle(self, context: list[int]) -> tuple[int, bool]:
         future = self.reference[len(context) - self.prompt_len:]

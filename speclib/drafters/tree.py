@@ -1,11 +1,18 @@
 """A draft LM proposing a TREE of tokens (SpecInfer / EAGLE-2 style), through the LM's extend/commit.
 
-Two shapes:
+Three shapes:
   TreeDrafter(lm, branching=(3, 2, 1, 1))                  every node at depth d gets branching[d] children
   TreeDrafter(lm, budget=16, expand="confidence", depth=6, top=4)
                                                             EAGLE-2 style: children go to the nodes with
                                                             the highest path value (product of draft
                                                             probabilities along the path)
+  TreeDrafter(lm, budget=8, expand="spine", depth=5, top=2, min_value=0.1)
+                                                            the chain a ModelDrafter(lm, 5) would draft,
+                                                            plus sibling LEAVES where the path value
+                                                            times the sibling's draft probability is at
+                                                            least min_value: the draft model runs exactly
+                                                            as for the chain (leaves are never fed), so
+                                                            a leaf costs only its verification
 
 Siblings are drawn WITHOUT replacement (recursive rejection sampling, arXiv 2402.14160): the first
 child from the processed draft distribution q, the next from q with the earlier siblings' tokens
@@ -47,7 +54,7 @@ class TreeDrafter:
     check_compatible = ModelDrafter.check_compatible
 
     def __init__(self, lm: LM, branching=None, *, budget: int | None = None, expand: str = "confidence",
-                 depth: int = 6, top: int = 4, sampling: Sampling | None = None):
+                 depth: int = 6, top: int = 4, min_value: float = 0.0, sampling: Sampling | None = None):
         self.lm = lm
         self.sampling_override = sampling       # None: use the target's (set by reset())
         if budget is None:
@@ -64,10 +71,14 @@ class TreeDrafter:
             for name, v in (("budget", budget), ("depth", depth), ("top", top)):
                 if not isinstance(v, int) or v < 1:
                     raise ValueError(f"{name} must be an int >= 1, got {v!r}")
-            if expand != "confidence":
-                raise ValueError(f"expand must be 'confidence' (path value = product of draft probabilities), "
-                                 f"got {expand!r}")
-            self.mode, self.budget, self.depth, self.top = "confidence", budget, depth, top
+            if expand not in ("confidence", "spine"):
+                raise ValueError(f"expand must be 'confidence' (path value = product of draft probabilities) "
+                                 f"or 'spine' (a chain plus sibling leaves), got {expand!r}")
+            if expand == "spine" and budget < depth:
+                raise ValueError(f"expand='spine' needs budget >= depth (the chain itself), got {budget} < {depth}")
+            if not 0 <= min_value < 1:
+                raise ValueError(f"min_value (least path value of a drafted node) must lie in [0, 1), got {min_value!r}")
+            self.mode, self.budget, self.depth, self.top, self.min_value = expand, budget, depth, top, min_value
             self._max_nodes = budget
         self.tree: Tree | None = None
 
@@ -108,12 +119,13 @@ class TreeDrafter:
             remaining -= len(new)
             if not new or d + 1 == self.depth or remaining <= 0:
                 break
-            out = self.lm.extend([tokens[i] for i in new], [fed[parents[i]] if parents[i] >= 0 else len(tail) - 1
-                                                           for i in new])
-            for j, i in enumerate(new):
+            grow = new[:1] if self.mode == "spine" else new     # the spine's siblings stay leaves
+            out = self.lm.extend([tokens[i] for i in grow], [fed[parents[i]] if parents[i] >= 0 else len(tail) - 1
+                                                            for i in grow])
+            for j, i in enumerate(grow):
                 fed[i] = n_pending + j
-            n_pending += len(new)
-            frontier = [(i, fed[i], out[j], values[i]) for j, i in enumerate(new)]
+            n_pending += len(grow)
+            frontier = [(i, fed[i], out[j], values[i]) for j, i in enumerate(grow)]
         vocab = logits.shape[-1]
         self.fed_index = fed
         self.values = values                        # path values (product of draft probabilities)
@@ -132,6 +144,12 @@ class TreeDrafter:
         support = [int((c > 0).sum()) for c in conf]
         if self.mode == "fixed":
             return [min(self.branching[d], s) for s in support]
+        if self.mode == "spine":                    # one frontier node: the chain's, which always continues
+            (_, _, _, value), c = frontier[0], conf[0]
+            spare = remaining - (self.depth - d)    # nodes left beyond the rest of the chain
+            top = c.topk(min(self.top, support[0])).values.tolist()
+            leaves = sum(value * pj >= self.min_value for pj in top[1:])
+            return [1 + min(leaves, max(spare, 0))]
         # EAGLE-2 style: the best child slots of this level by parent value x j-th largest draft
         # probability of the parent; at most `top` per parent and per level, and the remaining budget
         # spread over the remaining levels so the tree can reach `depth`.
@@ -140,7 +158,8 @@ class TreeDrafter:
         for f, ((_, _, _, value), c, s) in enumerate(zip(frontier, conf, support)):
             k = min(self.top, s)
             for j, pj in enumerate(c.topk(k).values.tolist()):
-                slots.append((-value * pj, f, j))
+                if value * pj >= self.min_value:
+                    slots.append((-value * pj, f, j))
         counts = [0] * len(frontier)
         for _, f, _ in sorted(slots)[:width]:       # ties: earlier node, then smaller j (keeps prefixes)
             counts[f] += 1
