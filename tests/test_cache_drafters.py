@@ -164,7 +164,8 @@ REPEATY = [1, 2, 3, 4, 5, 1, 2, 3, 4, 5, 1, 2, 3]
 def _fitted_predictor():
     rng = np.random.default_rng(0)
     X = rng.random((300, len(FEATURES))) * 5
-    y = np.minimum(X[:, FEATURES.index("draft_len")], X[:, 0] * 0.8)
+    X[:, FEATURES.index("draft_len")] = rng.integers(0, 7, 300)
+    y = np.floor(np.minimum(X[:, FEATURES.index("draft_len")], X[:, 0] * 0.8))
     return PayoffPredictor(steps=100).fit(X, y)
 
 
@@ -239,31 +240,43 @@ def test_oracle_accepts_at_least_as_much_as_each_candidate():
     assert per_call["oracle"] >= max(per_call["model"], per_call["cache"]) - 0.2
 
 
-def test_hvd_cuts_cache_drafts_to_the_predicted_payoff_plus_margin():
+def test_hvd_verifies_the_prefix_with_the_most_expected_tokens_per_second():
+    """Recomputed from the logged features: the verified length m of the chosen cache candidate maximises
+    (1 + sum_{l <= m} P(accepted >= l)) / (cache_s + verify(m + 1)); with cut=False it is the whole candidate."""
     target, draft = tiny_lm(32, 2, vocab=16, seed=0), tiny_lm(16, 1, vocab=16, seed=1)
     ar = generate(target, REPEATY, 30, sampling=GREEDY).tokens
-    for margin in (0, 1, None):
+    for cut in (True, False):
         d = _hybrid("hvd", target, draft, two_caches=True)
-        d.margin = margin
+        d.cut = cut
         assert generate(target, REPEATY, 30, drafter=d, sampling=GREEDY).tokens == ar
-        for step in d.log:
-            if step["source"] == "cache":
-                x = np.array([[step[f] for f in FEATURES]])
-                whole = int(step["draft_len"])
-                cut = whole if margin is None else min(whole, max(1, int(np.ceil(d.predictor.predict(x)[0])) + margin))
-                assert step["drafted"] == cut          # verify cost grows with n here: no padding
+        steps = [s for s in d.log if s["source"] == "cache"]
+        assert steps
+        for step in steps:
+            whole = int(step["draft_len"])
+            S = d.predictor.survival(np.array([[step[f] for f in FEATURES]]))[0]
+            rate = [(S[:m].sum() + 1) / (step["cache_s"] + d.costs.verify(m + 1)) for m in range(1, whole + 1)]
+            assert step["drafted"] == (int(np.argmax(rate)) + 1 if cut else whole)
 
 
-def test_hvd_pads_the_cut_to_a_cheaper_verify_size():
+class _FixedSurvival:
+    """P(accepted >= l) = 0.5 ** l for l <= draft_len."""
+    def survival(self, X):
+        n = X[:, FEATURES.index("draft_len")]
+        return 0.5 ** np.arange(1, 17)[None] * (np.arange(1, 17)[None] <= n[:, None])
+
+
+def test_hvd_cut_follows_the_measured_verify_costs():
+    # verify cost need not grow with the tokens verified (CPU matmul kernels): 5 tokens may cost less than 3
     target, draft = tiny_lm(32, 2, vocab=16, seed=0), tiny_lm(16, 1, vocab=16, seed=1)
-    d = _hybrid("hvd", target, draft)
-    d.costs = Costs(verify_s={1: 1.0, 2: 3.0, 3: 3.0, 4: 3.5, 5: 2.0, 6: 2.5, 7: 2.0, 8: 4.0}, model_token_s=0.1)
-    d.margin = 1
-    assert d._cut(0, 0.0) == 0
-    assert d._cut(6, 0.2) == 6          # at least 2 tokens: n = 3..7 cost 3, 3.5, 2, 2.5, 2 -> the longest cheapest
-    assert d._cut(3, 0.2) == 2          # 2 tokens (n = 3: 3.0) beat 3 (n = 4: 3.5)
-    assert d._cut(7, 5.5) == 7          # at least 7 of 7
-    assert d._cut(2, 9.0) == 2
+    costs = Costs(verify_s={1: 1.0, 2: 3.0, 3: 3.0, 4: 3.5, 5: 2.0, 6: 2.5, 7: 9.0, 8: 9.0}, model_token_s=10.0)
+    d = HybridDrafter(PromptLookupDrafter(2, 7), ModelDrafter(draft, 2), "hvd", _FixedSurvival(), costs)
+    d.reset(REPEATY, GREEDY, torch.Generator())
+    d._cache_s = 0.0
+    # 7 tokens: 4 (1.94 expected tokens in 2.0 s) beats 2 (1.75 in 3.0 s); 3 tokens: 2 beats 3 (1.875 in 3.5 s)
+    for n, want in [(7, 4), (3, 2), (1, 1)]:
+        d._cands = [Tree.chain(list(range(n)), None, source="prompt_lookup")]
+        X = np.stack([d.features(0, REPEATY)])
+        assert d._choose(X, REPEATY) == (0, True) and d._keep == want
 
 
 def test_costs_fitted_line():
@@ -297,8 +310,6 @@ def test_hybrid_bad_arguments():
         HybridDrafter(SuffixDrafter(), ModelDrafter(d, 2), "sometimes")
     with pytest.raises(ValueError, match="predictor"):
         HybridDrafter(SuffixDrafter(), ModelDrafter(d, 2), "hvd")
-    with pytest.raises(ValueError, match="margin"):
-        HybridDrafter(SuffixDrafter(), ModelDrafter(d, 2), "model", margin=-1)
     with pytest.raises(ValueError, match="reference"):
         HybridDrafter(SuffixDrafter(), ModelDrafter(d, 2), "oracle")
     o = HybridDrafter(SuffixDrafter(), ModelDrafter(d, 2), "oracle", reference=[1])
@@ -318,17 +329,32 @@ def test_chi_square_with_cache_drafts(policy, two_caches):
     assert chi2_two_sample(ar, sd).p > 1e-3
 
 
-def test_payoff_predictor_learns_and_clips():
+def test_payoff_predictor_learns_the_accepted_length_distribution():
+    """Accepted lengths drawn as in speculative decoding: each of the draft_len tokens accepted with
+    probability a(x) = sigmoid(2 x0 - 2) until the first rejection (the other features are noise). The
+    fitted survival function is a proper one (in [0, 1], non-increasing, 0 beyond the draft) and close
+    to the true P(accepted >= l) on unseen rows."""
     rng = np.random.default_rng(1)
-    X = rng.random((400, len(FEATURES))) * 4
-    X[:, FEATURES.index("draft_len")] = rng.integers(0, 8, 400)
-    y = np.minimum(X[:, FEATURES.index("draft_len")], 2 * X[:, 0])
-    p = PayoffPredictor().fit(X[:300], y[:300])
-    pred = p.predict(X[300:])
-    assert np.abs(pred - y[300:]).mean() < 0.5 * np.abs(y[300:] - y[:300].mean()).mean()   # beats the mean
-    assert (pred >= 0).all() and (pred <= X[300:, FEATURES.index("draft_len")]).all()
+    X = rng.random((3000, len(FEATURES))) * 2
+    n = rng.integers(0, 9, 3000)
+    X[:, FEATURES.index("draft_len")] = n
+    a = 1 / (1 + np.exp(-(2 * X[:, 0] - 2)))
+    y = np.array([next((l for l in range(k) if rng.random() > ai), k) for k, ai in zip(n, a)])
+    p = PayoffPredictor(seed=0).fit(X[:2500], y[:2500])
+    S = p.survival(X[2500:])
+    assert S.shape == (500, 8) and (S >= 0).all() and (S <= 1).all() and (np.diff(S, axis=1) <= 1e-12).all()
+    assert (S[np.arange(1, 9)[None] > n[2500:, None]] == 0).all()
+    truth = a[2500:, None] ** np.arange(1, 9)[None] * (np.arange(1, 9)[None] <= n[2500:, None])
+    assert np.abs(S - truth).mean() < 0.04                   # measured 0.025 (seed 0)
+    e = truth.sum(1)                                         # the expected payoff: 0.18 vs 0.79 for the mean
+    assert np.abs(p.predict(X[2500:]) - e).mean() < 0.3 * np.abs(e - e.mean()).mean()
+    np.testing.assert_allclose(p.predict(X[2500:]), S.sum(1))
     with pytest.raises(RuntimeError, match="before fit"):
         PayoffPredictor().predict(X)
+    with pytest.raises(ValueError, match="draft_len"):
+        PayoffPredictor().fit(X[:10], n[:10] + 1)                 # more accepted than drafted
+    with pytest.raises(ValueError, match="integer"):
+        PayoffPredictor().fit(X[:10], np.full(10, 0.5))
 
 
 def test_payoff_predictor_ignores_a_feature_constant_in_training():
@@ -338,7 +364,8 @@ def test_payoff_predictor_ignores_a_feature_constant_in_training():
     X = rng.random((300, len(FEATURES))) * 4
     j = FEATURES.index("source_recent")
     X[:, j] = 0.5
-    y = np.minimum(X[:, FEATURES.index("draft_len")], X[:, 0])
+    X[:, FEATURES.index("draft_len")] = rng.integers(0, 5, 300)
+    y = np.floor(np.minimum(X[:, FEATURES.index("draft_len")], X[:, 0]))
     p = PayoffPredictor(steps=100).fit(X, y)
     moved = X[:20].copy()
     moved[:, j] = rng.random(20)

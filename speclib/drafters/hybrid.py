@@ -9,12 +9,13 @@ run the model drafter instead:
     "model"    always the model drafter             "cache"    always the first cache's draft (maybe empty)
     "arctic"   first cache iff its score >= model k "sam"      first cache iff its match length >= 4
                (ArcticInference's hybrid rule)                 (SAM-Decoding's rule)
-    "hvd"      the candidate with the most expected tokens per second: the predictor's accepted-length
-               estimate e for each cache candidate, cut to ceil(e) + `margin` tokens (verifying tokens
-               that will not be accepted costs time on a compute-bound target; the cut is padded to
-               a longer length whose verify step costs less, where there is one), the model drafter's
-               running per-token acceptance (starting from `model_prior`, measured offline) for the
-               model, each over its measured cost of drafting plus verifying
+    "hvd"      the most expected tokens per second: for each cache candidate and each length m of its
+               prefix, (1 + the predictor's expected payoff of verifying m tokens) over the measured
+               cost of drafting plus verifying m + 1 tokens (with `cut=False`, whole candidates only);
+               for the model drafter, the same from its running per-token acceptance (starting from
+               `model_prior`, measured offline). Verifying tokens that will not be accepted costs
+               time on a compute-bound target; verify cost need not grow with m, so the best prefix
+               is found by trying every length
     "oracle"   hindsight (greedy only): whichever candidate the target's own greedy continuation accepts
                furthest, given that continuation as `reference` (an upper bound, not a decoder)
 
@@ -90,46 +91,76 @@ class Costs:
 
 
 class PayoffPredictor:
-    """Accepted length of a cache draft from its features: a tiny MLP (features -> 32 -> 32 -> 1,
-    ReLU), fitted with torch on logged steps (Huber loss, full batch, seeded), evaluated in numpy so
-    a prediction costs microseconds inside the decoding loop. Clipped to [0, draft length].
+    """The distribution of a cache draft's accepted length from its features: a discrete-time
+    survival model. A tiny MLP (features -> 32 -> 32 -> L, ReLU) gives, for every draft position l,
+    the probability h_l that token l is accepted given that the l - 1 before it were; then
+    P(accepted >= l) = h_1 ... h_l, and the expected payoff of verifying the first m tokens is
+    sum_{l <= m} P(accepted >= l). Fitted with torch on logged steps (each logged draft contributes
+    one Bernoulli outcome per position it reached: binary cross-entropy, full batch, seeded, stopped
+    where the loss on a held-out `val_frac` of the rows is lowest) and
+    evaluated in numpy, so a prediction costs microseconds inside the decoding loop. A distribution,
+    not a point estimate, is what deciding how many tokens to verify needs: token l is worth its
+    verification cost when P(accepted >= l) is high enough, whatever the mean.
 
     A feature constant in the training logs carries no information and is ignored: standardising it
     by its (zero) spread would turn any other value met while decoding into an enormous input."""
 
-    def __init__(self, hidden: int = 32, steps: int = 600, lr: float = 1e-2, seed: int = 0):
+    def __init__(self, hidden: int = 32, steps: int = 600, lr: float = 1e-2, weight_decay: float = 1e-3,
+                 val_frac: float = 0.2, seed: int = 0):
         self.hidden, self.steps, self.lr, self.seed = hidden, steps, lr, seed
+        self.weight_decay, self.val_frac = weight_decay, val_frac
         self.weights: list[np.ndarray] | None = None
 
-    def fit(self, X: np.ndarray, y: np.ndarray) -> "PayoffPredictor":
-        X, y = np.asarray(X, float), np.asarray(y, float)
-        if len(X) < 2 or X.shape[1] != len(FEATURES):
+    def fit(self, X: np.ndarray, accepted: np.ndarray) -> "PayoffPredictor":
+        """X [n, len(FEATURES)]; accepted [n] ints, 0 <= accepted <= draft_len."""
+        X, y = np.asarray(X, float), np.asarray(accepted)
+        if len(X) < 2 or X.ndim != 2 or X.shape[1] != len(FEATURES):
             raise ValueError(f"need >= 2 rows of {len(FEATURES)} features, got shape {X.shape}")
+        n = X[:, FEATURES.index("draft_len")].astype(int)
+        if y.shape != (len(X),) or (y != np.round(y)).any() or (y < 0).any() or (y > n).any():
+            raise ValueError("accepted must hold one integer per row, between 0 and that row's draft_len")
+        self.L = max(1, int(n.max()))
         self.mu, sd = X.mean(0), X.std(0)
         self.scale = np.divide(1, sd, out=np.zeros_like(sd), where=sd > 1e-9)     # 0: ignored
+        pos = np.arange(1, self.L + 1)
+        reached = (pos[None] <= np.minimum(y + 1, n)[:, None])                   # position l was verified
+        target = torch.tensor(pos[None] <= y[:, None], dtype=torch.float32)      # and accepted
+        mask = torch.tensor(reached, dtype=torch.float32)
         g = torch.Generator().manual_seed(self.seed)
-        sizes = [X.shape[1], self.hidden, self.hidden, 1]
+        sizes = [X.shape[1], self.hidden, self.hidden, self.L]
         params = []
         for i, o in zip(sizes, sizes[1:]):
             params += [(torch.randn(i, o, generator=g) * (2 / i) ** 0.5).requires_grad_(),
                        torch.zeros(o, requires_grad=True)]
         xt = torch.tensor((X - self.mu) * self.scale, dtype=torch.float32)
-        yt = torch.tensor(y, dtype=torch.float32)
-        opt = torch.optim.Adam(params, lr=self.lr)
-        for _ in range(self.steps):
+        # early stopping on a held-out share of the rows: the hazards of late positions rest on few
+        # drafts and overfit quickly
+        val = torch.rand(len(X), generator=g) < self.val_frac if len(X) >= 10 else torch.zeros(len(X), dtype=torch.bool)
+
+        def losses():
             h = xt
             for j in range(0, len(params), 2):
                 h = h @ params[j] + params[j + 1]
                 if j + 2 < len(params):
                     h = torch.relu(h)
-            loss = torch.nn.functional.huber_loss(h[:, 0], yt)
-            opt.zero_grad(); loss.backward(); opt.step()
-        self.weights = [p.detach().numpy().astype(np.float64) for p in params]
+            bce = torch.nn.functional.binary_cross_entropy_with_logits(h, target, reduction="none") * mask
+            fit, held = bce[~val].sum() / mask[~val].sum().clamp(min=1), bce[val].sum() / mask[val].sum().clamp(min=1)
+            return fit, held
+
+        opt = torch.optim.AdamW(params, lr=self.lr, weight_decay=self.weight_decay)
+        best, self.weights = float("inf"), None
+        for step in range(self.steps):
+            fit, held = losses()
+            if not val.any() or held.item() < best:
+                best, self.weights = held.item(), [p.detach().numpy().astype(np.float64) for p in params]
+            opt.zero_grad(); fit.backward(); opt.step()
         return self
 
-    def predict(self, X: np.ndarray) -> np.ndarray:
+    def survival(self, X: np.ndarray) -> np.ndarray:
+        """[n, W]: P(accepted >= l) for l = 1..W, 0 beyond each row's draft_len; W = the longest draft
+        of the fit logs or of X (positions beyond the fit's keep its last per-position probability)."""
         if self.weights is None:
-            raise RuntimeError("PayoffPredictor.predict before fit")
+            raise RuntimeError("PayoffPredictor.survival before fit")
         X = np.asarray(X, float)
         h = (X - self.mu) * self.scale
         w = self.weights
@@ -137,7 +168,16 @@ class PayoffPredictor:
             h = h @ w[j] + w[j + 1]
             if j + 2 < len(w):
                 h = np.maximum(h, 0)
-        return np.clip(h[:, 0], 0, X[:, FEATURES.index("draft_len")])
+        n = X[:, [FEATURES.index("draft_len")]]
+        W = max(self.L, int(n.max(initial=0)))
+        h = np.concatenate([h, np.repeat(h[:, -1:], W - self.L, 1)], 1)
+        return np.cumprod(1 / (1 + np.exp(-h)), 1) * (np.arange(1, W + 1)[None] <= n)
+
+    def predict(self, X: np.ndarray) -> np.ndarray:
+        """Expected accepted length of the whole draft, in [0, draft_len]."""
+        if self.weights is None:
+            raise RuntimeError("PayoffPredictor.predict before fit")
+        return self.survival(X).sum(1)
 
 
 @dataclass
@@ -165,7 +205,7 @@ def _common_prefix(a: list[int], b: list[int]) -> int:
 class HybridDrafter:
     def __init__(self, cache, model, policy: str = "hvd", predictor: PayoffPredictor | None = None,
                  costs: Costs | None = None, reference: list[int] | None = None, model_prior: float = 0.5,
-                 margin: int | None = 2):
+                 cut: bool = True):
         if policy not in POLICIES:
             raise ValueError(f"policy must be one of {POLICIES}, got {policy!r}")
         if policy == "hvd" and (predictor is None or costs is None):
@@ -180,9 +220,7 @@ class HybridDrafter:
         self.model, self.policy = model, policy
         self.predictor, self.costs, self.reference = predictor, costs, reference
         self.model_prior = model_prior          # where the model's running acceptance starts each request
-        if margin is not None and (not isinstance(margin, int) or margin < 0):
-            raise ValueError(f"margin (tokens kept beyond the predicted payoff) must be an int >= 0 or None, got {margin!r}")
-        self.margin = margin                    # None: verify cache candidates whole
+        self.cut = cut                          # False: verify cache candidates whole
 
     @property
     def max_nodes(self) -> int:
@@ -246,27 +284,17 @@ class HybridDrafter:
         if self.policy == "oracle":
             return self._oracle(context)
         c, k = self.costs, self.model.max_nodes
-        sizes = np.array([len(t) for t in self._cands])
-        e_cache = self.predictor.predict(X)
-        if self.margin is not None:
-            sizes = np.array([self._cut(int(n), e) for n, e in zip(sizes, e_cache)])
-        rate_cache = np.where(sizes > 0, (np.minimum(e_cache, sizes) + 1)
-                              / np.array([self._cache_s + c.verify(s + 1) for s in sizes]), -1.0)
-        best = int(rate_cache.argmax())
-        self._keep = int(sizes[best])
+        gain = np.cumsum(self.predictor.survival(X), 1)             # [i, m - 1]: expected payoff of m tokens
+        best, rate = 0, -1.0
+        for i, cand in enumerate(self._cands):
+            for m in (range(1, len(cand) + 1) if self.cut else [len(cand)] if len(cand) else []):
+                r = (gain[i, m - 1] + 1) / (self._cache_s + c.verify(m + 1))
+                if r > rate:
+                    best, rate, self._keep = i, r, m
         a = min(self.recent.get("model"), 0.999)
         e_model = (a - a ** (k + 1)) / (1 - a)                     # expected accepted, i.i.d. a
         rate_model = (e_model + 1) / (self._cache_s + k * c.model_token_s + c.verify(k + 1))
-        return best, bool(rate_cache[best] > rate_model)
-
-    def _cut(self, n: int, e: float) -> int:
-        """Tokens of an n-token cache candidate with predicted payoff e to verify: at least
-        ceil(e) + margin (or all n), padded to the length, up to n, whose verify step costs least
-        (verify cost need not grow with n: more tokens for less time is never worse)."""
-        if n == 0:
-            return 0
-        lo = min(n, max(1, int(np.ceil(e)) + self.margin))
-        return min(range(lo, n + 1), key=lambda m: (self.costs.verify(m + 1), -m))
+        return best, bool(rate > rate_model)
 
     def _oracle(self, context: list[int]) -> tuple[int, bool]:
         future = self.reference[len(context) - self.prompt_len:]

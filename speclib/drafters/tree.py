@@ -49,7 +49,11 @@ from .model import ModelDrafter
 
 
 class TreeDrafter:
-    """A draft LM proposing a tree; `reset / draft / observe / check_compatible / max_nodes`."""
+    """A draft LM proposing a tree; `reset / draft / observe / check_compatible / max_nodes`.
+
+    With a budget, `min_value` > 0 drops every node ("spine": every leaf; the chain always runs to
+    `depth`) whose path value (product of draft probabilities from the root) would fall below it,
+    deciding before the node is drawn."""
 
     check_compatible = ModelDrafter.check_compatible
 
