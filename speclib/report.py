@@ -61,7 +61,7 @@ def _rows_03() -> list[tuple[str, str, str]]:
                      f"**{r.speedup:.2f}x** over AR" + (f" (95% CI {r.lo:.2f}–{r.hi:.2f})" if r.lo == r.lo else "")
                      + f", {r.tokens_per_call:.2f} tokens/call; identical to AR {r.identical} / {r.of}"
                      + (f"; {r.vs_chain:.2f}x chain SD's speed (paired, CI {r.vs_chain_lo:.2f}–{r.vs_chain_hi:.2f})"
-                        if getattr(r, "vs_chain", np.nan) == getattr(r, "vs_chain", np.nan) else ""), "decode.parquet"))
+                        if not np.isnan(getattr(r, "vs_chain", np.nan)) else ""), "decode.parquet"))
     k2 = sel[sel.k == (2 if 2 in set(sel.k) else sel.k.max())]
     s_self = k2[k2.drafter.str.startswith("self")].iloc[0]
     s_sep = k2[~k2.drafter.str.startswith("self")].iloc[0]

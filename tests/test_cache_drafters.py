@@ -349,6 +349,11 @@ def test_payoff_predictor_learns_the_accepted_length_distribution():
     e = truth.sum(1)                                         # the expected payoff: 0.18 vs 0.79 for the mean
     assert np.abs(p.predict(X[2500:]) - e).mean() < 0.3 * np.abs(e - e.mean()).mean()
     np.testing.assert_allclose(p.predict(X[2500:]), S.sum(1))
+    longer = X[2500:2501].copy()                             # a draft longer than any in the fit logs:
+    longer[0, FEATURES.index("draft_len")] = 11              # positions beyond 8 reuse position 8's hazard
+    SL = p.survival(longer)[0]
+    assert SL.shape == (11,) and (np.diff(SL) <= 0).all()
+    np.testing.assert_allclose(SL[8:] / SL[7:10], SL[7] / SL[6])
     with pytest.raises(RuntimeError, match="before fit"):
         PayoffPredictor().predict(X)
     with pytest.raises(ValueError, match="draft_len"):

@@ -149,7 +149,7 @@ class PayoffPredictor:
 
         opt = torch.optim.AdamW(params, lr=self.lr, weight_decay=self.weight_decay)
         best, self.weights = float("inf"), None
-        for step in range(self.steps):
+        for _ in range(self.steps):
             fit, held = losses()
             if not val.any() or held.item() < best:
                 best, self.weights = held.item(), [p.detach().numpy().astype(np.float64) for p in params]
