@@ -31,7 +31,7 @@ figures: venv
 	$(BIN)/python -m speclib.report
 
 test: venv
-	$(BIN)/python -m pytest -q -ra
+	$(BIN)/python -m pytest -q -ra --durations=15
 
 lab: venv
 	$(BIN)/python -m pip install -q -e ".[lab]"

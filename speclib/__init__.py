@@ -4,14 +4,15 @@
     out = speclib.generate(target, target.encode("def f(x):\\n"), 64,
                            drafter=speclib.ModelDrafter(draft, k=4), sampling=speclib.Sampling(0.0))
 """
-from . import data, stats
+from . import data, device, stats
 from .acceptance import Lossless
 from .drafters import HybridDrafter, ModelDrafter, PromptLookupDrafter, SelfDrafter, SuffixDrafter, TreeDrafter
 from .generate import Generation, generate, generate_batch
-from .lm import LM, HFLM, checkpoints
+from .lm import HFLM, checkpoints
 from .loading import load
+from .protocols import LM, Acceptor, Drafter
 from .sampling import Sampling
 from .tree import Tree
 
-__all__ = ["LM", "HFLM", "Generation", "HybridDrafter", "Lossless", "ModelDrafter", "PromptLookupDrafter", "SelfDrafter",
+__all__ = ["Acceptor", "Drafter", "LM", "HFLM", "Generation", "HybridDrafter", "Lossless", "ModelDrafter", "PromptLookupDrafter", "SelfDrafter",
            "Sampling", "SuffixDrafter", "Tree", "TreeDrafter", "checkpoints", "data", "generate", "generate_batch", "load", "stats"]

@@ -3,8 +3,8 @@
 Every rule is called as `rule(tree, p, greedy, gen) -> (path, next_token)`:
   tree   the draft (tokens, parents, q = distribution each node was drawn from, or None for a cache
          draft, which is a point mass on its token)
-  p      [N + 1, V] target distributions: row 0 at the committed tip (for the root's children),
-         row 1 + i after node i
+  p      [N + 1, V] target distributions: row 0 after the root token (the last sampled token,
+         parent -1 of the tree; scores the root's children), row 1 + i after node i
   path   accepted node indices, root to leaf; next_token is the correction or bonus token.
 """
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """One LM protocol on several runtimes: `speclib.load(name, backend=...)`.
 
 Speculation pays only when scoring n tokens in one pass costs about as much as scoring one, and that is
-a property of the runtime, not of the model (REFERENCE.md section C). Each backend here runs the same
+a property of the runtime, not of the model (docs/analytic_model.md). Each backend here runs the same
 shipped Llama checkpoint behind reset / extend / commit, so notebook 05 can time them side by side.
 
     torch           speclib's Llama forward (models.llama.LlamaLM), fp32 (bf16 on cuda/mps)
@@ -30,7 +30,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .lm import LM, REPO
+from .device import REPO
+from .lm import BaseLM
+from .protocols import LM
 from .models.llama import LlamaLM
 
 CACHE = REPO / "build" / "backends"
@@ -108,7 +110,7 @@ def _weights_key(base: LlamaLM) -> str:
     return f"{name}-{h.hexdigest()[:12]}"
 
 
-class SerialLM(LM):
+class SerialLM(BaseLM):
     """Wraps an LM so that every extend of n nodes runs as n one-node extends: what a runtime does
     when its "parallel" verification pass falls back to one token at a time. Same logits."""
 
@@ -187,7 +189,7 @@ def export_onnx(base: LlamaLM, int8: bool = False) -> Path:
     return q8 if int8 else fp32
 
 
-class OnnxLM(LM):
+class OnnxLM(BaseLM):
     """ONNX Runtime behind extend/commit. The KV cache is one numpy array [T, L, 2, Hkv, hd] on the
     host; each pass gets the committed + pending prefix and returns the new nodes' entries. Trees use
     the same ancestor mask as LlamaLM."""
@@ -324,7 +326,7 @@ def export_gguf(base: LlamaLM, quant: str) -> Path:
     return out
 
 
-class LlamaCppLM(LM):
+class LlamaCppLM(BaseLM):
     """llama.cpp through llama-cpp-python: the committed prefix and a pending chain live in llama.cpp's
     KV cache (sequence 0); commit trims it to the kept prefix. Chains only."""
 

@@ -8,11 +8,10 @@ one chain extend per root-to-leaf path, the prior art for stacks without tree su
 from __future__ import annotations
 
 import statistics
-import time
 
 import torch
 
-from .bench import _sync
+from .device import clock
 from .kernels.tree_gdn import recurrent_gated_delta_rule, tree_gdn
 from .models.hybrid import extend_batch
 
@@ -54,8 +53,7 @@ def verify_once(views: list, tokens: list[int], parents: list[int]) -> float:
     """Seconds to score every node of one tree per request (all requests in one forward), then drop
     the nodes. Views in "replay" mode verify branch by branch."""
     dev = views[0].device
-    _sync(dev)
-    t0 = time.perf_counter()
+    t0 = clock(dev)
     if views[0].strategy == "replay":
         for path in leaf_paths(parents):
             chain = [tokens[j] for j in path]
@@ -64,8 +62,7 @@ def verify_once(views: list, tokens: list[int], parents: list[int]) -> float:
                 v.commit([])
     else:
         extend_batch(views, [tokens] * len(views), [parents] * len(views))
-    _sync(dev)
-    dt = time.perf_counter() - t0
+    dt = clock(dev) - t0
     for v in views:
         v.commit([])
     return dt
@@ -145,7 +142,7 @@ def layer_state_bytes(n: int, heads: int, dk: int, dv: int, depth: int = 6, seed
             fn()
             ts = []
             for _ in range(repeats):
-                t0 = time.perf_counter(); fn(); ts.append(time.perf_counter() - t0)
+                t0 = clock(q.device); fn(); ts.append(clock(q.device) - t0)
             out[f"{name}_seconds"] = statistics.median(ts)
     return out
 

@@ -2,7 +2,7 @@
 
 The split is by file (every 20th file, in sorted order, is held out), so no held-out prompt was
 ever seen in training. Held-out evaluation prompts are frozen into `data/workloads/*.jsonl` so the
-notebooks read the same prompts on every machine.
+notebooks read the same prompts on every machine (`python -m speclib.data` rebuilds the code_* ones).
 """
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ import re
 import sysconfig
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+from .device import REPO
+
 WORKLOADS = REPO / "data" / "workloads"
 HELDOUT_EVERY = 20
 _SKIP_PARTS = {"test", "tests", "idle_test", "site-packages", "__pycache__", "dist-packages"}
@@ -100,6 +101,7 @@ def load_workload(name: str, n: int | None = None) -> list[dict]:
 
 MATH_SPLITS = {"train": 0, "validation": 1, "test": 2}
 MATH_LEVELS = (1, 2, 3, 4)            # a level-L problem has L + 1 derived steps
+MATH_HELDOUT = 2000                   # the first this-many validation and test problems never enter training
 _VARS = "abcdefg"
 
 
@@ -152,7 +154,7 @@ def math_problems(split: str, n: int, levels=MATH_LEVELS) -> list[dict]:
     rng = random.Random(1_000_003 * (MATH_SPLITS[split] + 1))
     out = [math_problem(rng, levels[i % len(levels)]) for i in range(n)]
     if split == "train":
-        held = {p["question"] for s in ("validation", "test") for p in math_problems(s, 2000)}
+        held = {p["question"] for s in ("validation", "test") for p in math_problems(s, MATH_HELDOUT)}
         out = [p for p in out if p["question"] not in held]
     return out
 
@@ -176,3 +178,8 @@ def solve_math(question: str) -> int:
         expr = re.sub(r"\d(?: \d)*", lambda m: m.group(0).replace(" ", ""), expr)
         env[name] = eval(compile(ast.parse(expr, mode="eval"), "<q>", "eval"), {"__builtins__": {}}, dict(env))
     return env[body[1].strip(" .\nA:")]
+
+
+if __name__ == "__main__":
+    for name, p in build_workloads().items():
+        print(name, p, sum(1 for _ in p.open()))

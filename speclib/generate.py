@@ -7,16 +7,19 @@ p = target distribution, q = draft distribution, everywhere. Each iteration:
   3. the acceptor returns the accepted path and the next token (correction or bonus);
   4. target and drafter commit the root plus the accepted path; the next token becomes the root.
 With no drafter this is plain autoregressive decoding (one target pass per token).
+The protocols the loop relies on, and its optional capabilities, are in `speclib.protocols`; every
+per-step time is read with `speclib.device.clock`, which synchronises the device first.
 """
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 
 import torch
 
 from .acceptance import Lossless
-from .lm import LM
+from .device import clock
+from .lm import prompt_list
+from .protocols import LM, BatchedLM, Drafter, LogitsAcceptor, PerRequestAcceptor
 from .sampling import Sampling, probs, sample
 from .tree import Tree
 
@@ -31,12 +34,14 @@ class Generation:
 def _check(target: LM, prompt_ids, max_new_tokens, drafter, sampling) -> list[int]:
     if not isinstance(sampling, Sampling):
         raise TypeError(f"sampling must be a speclib.Sampling, got {type(sampling).__name__}")
-    prompt = [int(t) for t in prompt_ids]
+    prompt = prompt_list(prompt_ids)
     if not prompt:
         raise ValueError("prompt_ids is empty: give at least one prompt token")
     if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be an int >= 1, got {max_new_tokens!r}")
-    lookahead = getattr(drafter, "max_nodes", 0) + 1
+    if drafter is not None and not isinstance(drafter, Drafter):
+        raise TypeError(f"drafter must implement speclib.protocols.Drafter, got {type(drafter).__name__}")
+    lookahead = (drafter.max_nodes if drafter is not None else 0) + 1
     if len(prompt) + max_new_tokens + lookahead > target.max_length:
         raise ValueError(f"prompt ({len(prompt)}) + max_new_tokens ({max_new_tokens}) + draft lookahead "
                          f"({lookahead}) exceeds the target's context of {target.max_length} tokens")
@@ -56,10 +61,10 @@ class _Run:
         self.max_new_tokens = max_new_tokens
         self.eos = target.eos_token_id if eos_token_id == -1 else eos_token_id
         self.gen = torch.Generator().manual_seed(seed)
-        if hasattr(self.acceptor, "reset"):         # acceptors with per-request state (cospec.Arbiter)
+        if isinstance(self.acceptor, PerRequestAcceptor):      # e.g. cospec.Arbiter
             self.acceptor.reset(self.prompt)
         self.steps: list[dict] = []
-        self.t_start = time.perf_counter()
+        self.t_start = clock(target.device)
         self.root = sample(probs(target.reset(self.prompt), sampling), self.gen)
         if drafter is not None:
             drafter.reset(self.prompt, sampling, self.gen)
@@ -68,16 +73,17 @@ class _Run:
 
     def draft(self) -> tuple[list[int], list[int]]:
         """Draft a tree; return the tokens and parents to verify (the root token first)."""
-        t0 = time.perf_counter()
+        t0 = clock(self.target.device)
         self.tree = self.drafter.draft(self.prompt + self.out) if self.drafter is not None else Tree([], [])
-        self.draft_s = time.perf_counter() - t0
+        self.draft_s = clock(self.target.device) - t0
         return [self.root] + self.tree.tokens, [-1] + [p + 1 for p in self.tree.parents]
 
     def finish(self, logits: torch.Tensor, verify_s: float) -> None:
         """Accept from the verify pass's logits, commit, and record the step."""
-        t0 = time.perf_counter()
+        t0 = clock(self.target.device)
         tree = self.tree
-        extra = {"logits": logits} if getattr(self.acceptor, "uses_logits", False) else {}
+        wants_logits = isinstance(self.acceptor, LogitsAcceptor) and self.acceptor.uses_logits
+        extra = {"logits": logits} if wants_logits else {}
         path, self.root = self.acceptor(tree, probs(logits, self.sampling), self.sampling.greedy, self.gen, **extra)
         self.target.commit([0] + [i + 1 for i in path])
         accepted = [tree.tokens[i] for i in path]
@@ -87,11 +93,11 @@ class _Run:
         self.done = (len(self.out) >= self.max_new_tokens or self.root == self.eos
                      or (self.eos is not None and self.eos in accepted))
         self.steps.append({"drafted": len(tree), "accepted": len(path), "source": tree.source if len(tree) else None,
-                           "draft_s": self.draft_s, "verify_s": verify_s + time.perf_counter() - t0})
+                           "draft_s": self.draft_s, "verify_s": verify_s + clock(self.target.device) - t0})
 
     def result(self) -> Generation:
         out = _truncate(self.out, self.max_new_tokens, self.eos)
-        seconds = time.perf_counter() - self.t_start
+        seconds = clock(self.target.device) - self.t_start
         drafted = sum(s["drafted"] for s in self.steps)
         stats = {
             "steps": self.steps,
@@ -115,9 +121,9 @@ def generate(target: LM, prompt_ids, max_new_tokens: int = 128, drafter=None, ac
     run = _Run(target, prompt_ids, max_new_tokens, drafter, acceptor, sampling, seed, eos_token_id)
     while not run.done:
         tokens, parents = run.draft()
-        t0 = time.perf_counter()
+        t0 = clock(target.device)
         logits = target.extend(tokens, parents)
-        run.finish(logits, time.perf_counter() - t0)
+        run.finish(logits, clock(target.device) - t0)
     return run.result()
 
 
@@ -128,29 +134,32 @@ def generate_batch(targets: list, prompts: list, max_new_tokens: int = 128, draf
     all trees are verified in ONE target forward (`extend_batch`); acceptance and commits stay per
     request, so each request's output is exactly what `generate` would give it with seed `seed + r`.
 
-    targets: one LM per request over the same model (`HybridLM.view()`), whose class provides a
-    batched extend (`models.hybrid.extend_batch`). drafters: one per request (or None: plain AR).
+    targets: one LM per request over the same model (e.g. `HybridLM.view()`), with the batched-extend
+    capability (`speclib.protocols.BatchedLM`). drafters: one per request (or None: plain AR).
     """
-    from .models.hybrid import extend_batch
+    if not targets or not all(isinstance(t, BatchedLM) for t in targets):
+        raise TypeError("targets must be one speclib.protocols.BatchedLM per request (e.g. HybridLM.view()), got "
+                        f"{sorted({type(t).__name__ for t in targets}) or 'none'}")
     if len(prompts) != len(targets) or (drafters is not None and len(drafters) != len(targets)):
         raise ValueError(f"need one target view (and drafter) per prompt: got {len(targets)} targets, "
                          f"{len(prompts)} prompts, {len(drafters) if drafters is not None else 0} drafters")
     drafters = drafters if drafters is not None else [None] * len(targets)
     if len({id(d) for d in drafters if d is not None}) != sum(d is not None for d in drafters):
         raise ValueError("each request needs its own drafter (its draft model keeps per-request state)")
-    t_start = time.perf_counter()
+    t_start = clock(targets[0].device)
     runs = [_Run(t, p, max_new_tokens, d, acceptor, sampling, seed + r, eos_token_id)
             for r, (t, p, d) in enumerate(zip(targets, prompts, drafters))]
     while live := [r for r in runs if not r.done]:
         drafts = [r.draft() for r in live]
-        t0 = time.perf_counter()
-        logits = extend_batch([r.target for r in live], [d[0] for d in drafts], [d[1] for d in drafts])
-        verify_s = time.perf_counter() - t0
+        t0 = clock(targets[0].device)
+        logits = type(live[0].target).extend_batch([r.target for r in live], [d[0] for d in drafts],
+                                                   [d[1] for d in drafts])
+        verify_s = clock(targets[0].device) - t0
         for r, lg in zip(live, logits):
             r.finish(lg, verify_s)
     results = [r.result() for r in runs]
     for g in results:
-        g.stats["batch_seconds"] = time.perf_counter() - t_start
+        g.stats["batch_seconds"] = clock(targets[0].device) - t_start
     return results
 
 

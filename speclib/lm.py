@@ -13,24 +13,15 @@ extend([t_i], [i - 1]); a tree is one extend with many parents.
 """
 from __future__ import annotations
 
+import operator
 from pathlib import Path
 
 import torch
 
-from .tree import check_parents
+from .device import REPO
+from .tree import ancestor_mask, check_parents
 
-REPO = Path(__file__).resolve().parent.parent
 CHECKPOINTS = REPO / "data" / "checkpoints"
-
-
-def pick_device(device: str = "auto") -> torch.device:
-    if device != "auto":
-        return torch.device(device)
-    if torch.cuda.is_available():
-        return torch.device("cuda")
-    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
-        return torch.device("mps")
-    return torch.device("cpu")
 
 
 def checkpoints() -> list[str]:
@@ -38,7 +29,32 @@ def checkpoints() -> list[str]:
     return sorted(p.name for p in CHECKPOINTS.iterdir() if (p / "config.json").exists()) if CHECKPOINTS.exists() else []
 
 
-class LM:
+def prompt_list(prompt_ids, name: str = "prompt_ids") -> list[int]:
+    """`prompt_ids` (a list, 1-D tensor or 1-D array of int token ids) as a list of ints; a TypeError or
+    ValueError saying what is expected for anything else (a string, a 2-D batch, floats)."""
+    what = f"{name} must be a 1-D sequence of int token ids"
+    if isinstance(prompt_ids, (str, bytes)):
+        raise TypeError(f"{what}, got a string: encode it first with lm.encode(text)")
+    if len(getattr(prompt_ids, "shape", (0,))) != 1:
+        raise ValueError(f"{what}, got shape {tuple(prompt_ids.shape)} (for a batch of one, pass ids[0])")
+    try:
+        ids = prompt_ids.tolist() if hasattr(prompt_ids, "tolist") else list(prompt_ids)
+    except TypeError:
+        raise TypeError(f"{what}, got {type(prompt_ids).__name__}") from None
+    try:
+        return [t if type(t) is int else operator.index(t) for t in ids]
+    except TypeError:
+        pass
+    for t in ids:                                  # name the first element that is not an int
+        try:
+            operator.index(t)
+        except TypeError:
+            if isinstance(t, (list, tuple)) or getattr(t, "ndim", 0):
+                raise ValueError(f"{what}, got a nested (2-D) one (for a batch of one, pass ids[0])") from None
+            raise TypeError(f"{what}, got an element {t!r} of type {type(t).__name__}") from None
+
+
+class BaseLM:
     """Base class: pending-node bookkeeping shared by every implementation."""
     model = None
     tokenizer = None
@@ -60,19 +76,30 @@ class LM:
         return self.tokenizer.eos_token_id if self.tokenizer is not None else None
 
     # --- argument checks shared by every implementation ----------------------------------------
-    def _prompt_ids(self, prompt_ids) -> torch.Tensor:
-        ids = torch.as_tensor(list(prompt_ids), dtype=torch.long, device=self.device)
-        if ids.numel() == 0:
-            raise ValueError("prompt_ids is empty: give at least one prompt token")
-        if ids.numel() > self.max_length:
-            raise ValueError(f"prompt has {ids.numel()} tokens, beyond the context of {self.max_length}")
-        return ids
+    def _check_ids(self, ids: list[int], name: str) -> None:
+        """Token ids must index the vocabulary (checked before any work or state change)."""
+        if ids and (min(ids) < 0 or max(ids) >= self.vocab_size):
+            bad = next(t for t in ids if not 0 <= t < self.vocab_size)
+            raise ValueError(f"{name}: token ids must lie in [0, {self.vocab_size}) (the vocabulary), got {bad}")
 
-    @staticmethod
-    def _extend_args(tokens, parents) -> tuple[list[int], list[int]]:
-        tokens, parents = list(tokens), list(parents)
+    def _check_reset(self) -> None:
+        if not self.n_committed:                   # every prompt has >= 1 token, so 0 = never reset
+            raise RuntimeError(f"{type(self).__name__} has no prompt: call reset(prompt_ids) first")
+
+    def _prompt_ids(self, prompt_ids) -> torch.Tensor:
+        ids = prompt_list(prompt_ids)
+        if not ids:
+            raise ValueError("prompt_ids is empty: give at least one prompt token")
+        if len(ids) > self.max_length:
+            raise ValueError(f"prompt has {len(ids)} tokens, beyond the context of {self.max_length}")
+        self._check_ids(ids, "prompt_ids")
+        return torch.tensor(ids, dtype=torch.long, device=self.device)
+
+    def _extend_args(self, tokens, parents) -> tuple[list[int], list[int]]:
+        tokens, parents = prompt_list(tokens, "tokens"), list(parents)
         if len(tokens) != len(parents) or not tokens:
             raise ValueError(f"extend needs as many parents as tokens (>= 1), got {len(tokens)} and {len(parents)}")
+        self._check_ids(tokens, "tokens")
         return tokens, parents
 
     # --- pending-node bookkeeping -------------------------------------------------------------
@@ -103,6 +130,7 @@ class LM:
     def _new_nodes(self, tokens, parents) -> tuple[torch.Tensor, torch.Tensor, int, bool]:
         """Check and record an extend's nodes. Returns ids [n], positions [n] (committed length + depth),
         the number of pending nodes before them, and whether they continue a pending chain."""
+        self._check_reset()
         tokens, parents = self._extend_args(tokens, parents)
         chain = self._is_chain_continuation(parents)
         old = len(self.pending_parents)
@@ -115,14 +143,11 @@ class LM:
         """[new, committed + pending] bool: each node added after the first `old` pending ones sees the
         committed prefix and its ancestors-or-self."""
         n, P = self.n_committed, len(self.pending_parents)
-        anc = torch.zeros(P, P, dtype=torch.bool)
-        for i, p in enumerate(self.pending_parents):
-            if p >= 0:
-                anc[i] = anc[p]
-            anc[i, i] = True
+        anc = ancestor_mask(self.pending_parents)
         return torch.cat([torch.ones(P - old, n, dtype=torch.bool), anc[old:]], 1).to(self.device)
 
     def _check_path(self, path: list[int]) -> None:
+        self._check_reset()
         prev = -1
         for node in path:
             if not 0 <= node < len(self.pending_parents) or self.pending_parents[node] != prev:
@@ -131,7 +156,7 @@ class LM:
             prev = node
 
 
-class HFLM(LM):
+class HFLM(BaseLM):
     """A transformers causal LM with a KV cache (attention layers).
 
     Pending nodes are appended to the cache; a 4D mask lets each node see the committed prefix and

@@ -5,7 +5,9 @@ from pathlib import Path
 
 import torch
 
-from .lm import CHECKPOINTS, HFLM, LM, checkpoints, pick_device
+from .device import pick_device
+from .lm import CHECKPOINTS, HFLM, checkpoints
+from .protocols import LM
 from .models.hybrid import HybridLM
 from .models.llama import LlamaLM
 

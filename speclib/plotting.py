@@ -1,45 +1,45 @@
-"""One figure style and reproducible figure files (DESIGN.md section 7).
+"""One figure style and reproducible figure files.
 
 `style()` sets the look every notebook uses; `savefig(fig, "01_baseline_speed")` writes
 `figures/01_baseline_speed.png` and `.pdf` with the metadata that changes from run to run
 (software version, creation date) stripped, so a re-run with the same numbers gives byte-identical
 files and `git diff` shows only figures whose content changed.
 
-On import, the non-interactive Agg backend is selected only when no backend has been chosen yet
-(plain scripts, papermill without a kernel setting); Jupyter's inline backend is left alone.
-`FIGURES` is the default output folder; tests pass `root=` to write elsewhere.
+Importing this module changes nothing: matplotlib's backend is left to matplotlib (Jupyter's inline
+backend in notebooks, Agg on its own when there is no display), and the default output folder,
+`root()`, is read when `savefig` is called: `$SPECLIB_OUT/figures` when SPECLIB_OUT is set (smoke
+runs, tests), else `figures/`; tests pass `root=` to write elsewhere.
 """
 from __future__ import annotations
 
-import re
 import os
+import re
 from pathlib import Path
 
-import matplotlib
+import seaborn as sns
 
+from .device import REPO
 
-def _backend_chosen() -> bool:
-    try:
-        return matplotlib.get_backend(auto_select=False) is not None   # matplotlib >= 3.10
-    except TypeError:
-        return matplotlib.rcParams._get_backend_or_none() is not None  # older matplotlib
-
-
-if not _backend_chosen():
-    matplotlib.use("Agg")
-
-import seaborn as sns  # noqa: E402  (after the backend choice)
-
-REPO = Path(__file__).resolve().parent.parent
-FIGURES = (Path(os.environ["SPECLIB_OUT"]) / "figures") if os.environ.get("SPECLIB_OUT") else REPO / "figures"
-DPI = 150
+DPI = 150                   # PNG resolution: sharp in print and on high-density screens
 _NAME = re.compile(r"[A-Za-z0-9_\-]+")
 _METADATA = {
     "png": {"Software": None},
     "pdf": {"Creator": None, "Producer": None, "CreationDate": None},
 }
 
-__all__ = ["FIGURES", "style", "savefig"]
+__all__ = ["root", "style", "savefig"]
+
+
+def root() -> Path:
+    """The default figures folder, read now: $SPECLIB_OUT/figures when SPECLIB_OUT is set, else
+    figures/ in the repository."""
+    out = os.environ.get("SPECLIB_OUT")
+    return Path(out) / "figures" if out else REPO / "figures"
+
+
+def _dir(given: str | Path | None) -> Path:
+    """The folder `savefig` was given, else the default `root()`."""
+    return Path(given) if given is not None else root()
 
 
 def style() -> None:
@@ -51,7 +51,7 @@ def style() -> None:
 
 def savefig(fig, name: str, root: str | Path | None = None) -> list[Path]:
     """Write `fig` (a matplotlib Figure, or anything with its `savefig`, e.g. a seaborn grid) to
-    `<root>/<name>.png` and `.pdf` (default root `FIGURES`) at 150 dpi with a tight bounding box
+    `<root>/<name>.png` and `.pdf` (default root `root()`) at 150 dpi with a tight bounding box
     and reproducible metadata. `name` is a bare file name such as "01_baseline_speed": letters,
     digits, '_' and '-', no folder and no extension. Returns the two paths."""
     if not isinstance(name, str) or not _NAME.fullmatch(name):
@@ -59,7 +59,7 @@ def savefig(fig, name: str, root: str | Path | None = None) -> list[Path]:
                          f"digits, '_', '-'; no '/' and no extension), got {name!r}")
     if not callable(getattr(fig, "savefig", None)):
         raise TypeError(f"fig must be a matplotlib Figure (or have .savefig), got {type(fig).__name__}")
-    out_dir = Path(root) if root is not None else FIGURES
+    out_dir = _dir(root)
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = []
     for ext, metadata in _METADATA.items():

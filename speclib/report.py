@@ -9,8 +9,9 @@ import re
 import numpy as np
 
 from . import results
+from .device import REPO
 
-README = results.REPO / "README.md"
+README = REPO / "README.md"
 
 
 def _rows_01() -> list[tuple[str, str, str]]:

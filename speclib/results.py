@@ -1,4 +1,4 @@
-"""Tidy experiment results as parquet files under `data/results/` (DESIGN.md section 7).
+"""Tidy experiment results as parquet files under `data/results/`.
 
 A notebook calls `save(df, "01_baseline/speed")`, which writes
 `data/results/01_baseline/speed.parquet`, and `load("01_baseline/speed")` reads it back. Writes are
@@ -6,7 +6,9 @@ atomic (temp file in the same folder, then `os.replace`), so a crashed run never
 half-written file. Each row gets the `git_sha` of the checkout that produced it; no timestamp is
 added, so a re-run with the same numbers gives the same file.
 
-`RESULTS` is the default root; tests pass `root=` to write elsewhere.
+The default root, `root()`, is read when a function is called (nothing happens on import):
+`$SPECLIB_OUT/results` when SPECLIB_OUT is set (smoke runs, tests), else `data/results/`; tests
+pass `root=` to write elsewhere.
 """
 from __future__ import annotations
 
@@ -18,30 +20,43 @@ from pathlib import Path
 
 import pandas as pd
 
-REPO = Path(__file__).resolve().parent.parent
-RESULTS = (Path(os.environ["SPECLIB_OUT"]) / "results") if os.environ.get("SPECLIB_OUT") else REPO / "data" / "results"
+from .device import REPO
+
 SUFFIX = ".parquet"
 _NAME = re.compile(r"[A-Za-z0-9_\-]+(/[A-Za-z0-9_\-]+)*")
+GIT_TIMEOUT_S = 10          # `git rev-parse` answers in milliseconds; a hung git must not hang a notebook
 
-__all__ = ["RESULTS", "git_sha", "available", "path", "save", "load"]
+__all__ = ["root", "git_sha", "available", "path", "save", "load"]
+
+
+def root() -> Path:
+    """The default results folder, read now: $SPECLIB_OUT/results when SPECLIB_OUT is set, else
+    data/results/ in the repository."""
+    out = os.environ.get("SPECLIB_OUT")
+    return Path(out) / "results" if out else REPO / "data" / "results"
+
+
+def _dir(given: str | Path | None) -> Path:
+    """The folder a function was given, else the default `root()`."""
+    return Path(given) if given is not None else root()
 
 
 def git_sha() -> str:
     """Short commit hash of the repository's HEAD, or "unknown" (no git, no commit yet, ...)."""
     try:
         out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, check=True,
-                             capture_output=True, text=True, timeout=10)
+                             capture_output=True, text=True, timeout=GIT_TIMEOUT_S)
     except (OSError, subprocess.SubprocessError):
         return "unknown"
     return out.stdout.strip() or "unknown"
 
 
 def available(root: str | Path | None = None) -> list[str]:
-    """Names of the saved results under `root` (default `RESULTS`), sorted."""
-    root = Path(root) if root is not None else RESULTS
-    if not root.is_dir():
+    """Names of the saved results under `root` (default `root()`), sorted."""
+    folder = _dir(root)
+    if not folder.is_dir():
         return []
-    return sorted(p.relative_to(root).with_suffix("").as_posix() for p in root.rglob("*" + SUFFIX))
+    return sorted(p.relative_to(folder).with_suffix("").as_posix() for p in folder.rglob("*" + SUFFIX))
 
 
 def path(name: str, root: str | Path | None = None) -> Path:
@@ -50,7 +65,7 @@ def path(name: str, root: str | Path | None = None) -> Path:
     if not isinstance(name, str) or not _NAME.fullmatch(name):
         raise ValueError(f"name must look like 'NN_slug/name' (letters, digits, '_', '-', "
                          f"folders separated by '/', no extension), got {name!r}")
-    return (Path(root) if root is not None else RESULTS) / (name + SUFFIX)
+    return _dir(root) / (name + SUFFIX)
 
 
 def save(df: pd.DataFrame, name: str, root: str | Path | None = None) -> Path:

@@ -30,9 +30,17 @@ class Sampling:
         return self.temperature == 0
 
 
-def check_finite(logits: torch.Tensor) -> None:
-    if not torch.isfinite(logits).all():
-        raise ValueError("logits contain NaN or inf; the model produced non-finite scores")
+def check_logits(logits: torch.Tensor) -> None:
+    """-inf masks a token (probability 0, as logits processors produce); NaN, +inf, or a row that is all
+    -inf has no distribution."""
+    top = logits.amax(-1)                          # NaN, +inf or -inf exactly when a row is bad: one sync
+    if torch.isfinite(top).all():
+        return
+    if torch.isnan(top).any():
+        raise ValueError("logits contain NaN; the model produced non-finite scores")
+    if (top == float("inf")).any():
+        raise ValueError("logits contain +inf (non-finite); only -inf is allowed, to mask a token")
+    raise ValueError("a row of logits is all -inf (non-finite): every token is masked, none can be drawn")
 
 
 def probs(logits: torch.Tensor, sampling: Sampling) -> torch.Tensor:
@@ -40,7 +48,7 @@ def probs(logits: torch.Tensor, sampling: Sampling) -> torch.Tensor:
 
     Greedy gives the one-hot of the argmax, so the lossless rule reduces exactly to greedy matching.
     """
-    check_finite(logits)
+    check_logits(logits)
     logits = logits.float()
     if sampling.greedy:
         return torch.nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).float()

@@ -1,4 +1,4 @@
-"""Statistical checks for speculative decoding (REFERENCE.md section B).
+"""Statistical checks for speculative decoding (the maths: docs/statistics.md).
 
 Lossless speculative decoding must sample from exactly the target model's distribution. This module
 holds the tests that check it empirically and the helpers that put error bars on measurements:
@@ -9,8 +9,9 @@ holds the tests that check it empirically and the helpers that put error bars on
 - `null_calibration`: runs that test many times between two samples of the same distribution, to
   measure its false-positive rate (a calibrated test rejects about `alpha` of the time).
 - `greedy_identity`: greedy SD output must be token-identical to greedy AR output.
-- `bootstrap_ci`, `bootstrap_ratio_ci`: percentile bootstrap intervals, e.g. for a speedup
-  (median AR time / median SD time).
+- `bootstrap_ci`, `bootstrap_ratio_ci`: percentile bootstrap intervals, e.g. for the median of
+  per-prompt speed ratios (the workbook's speedup, `speclib.bench.speedup`) or for a ratio of two
+  samples' statistics, such as total AR time / total SD time (stat=np.sum).
 
 Floor 1: imports only numpy and scipy.
 """
@@ -274,8 +275,9 @@ def bootstrap_ratio_ci(num: Sequence[float], den: Sequence[float],
                        stat: Callable[[np.ndarray], float] = np.median, n_boot: int = 2000,
                        level: float = 0.95, seed: int = 0,
                        paired: bool | None = None) -> tuple[float, float, float]:
-    """Percentile bootstrap of the ratio stat(num) / stat(den), e.g. a speedup = median AR time /
-    median SD time. Returns (estimate, lo, hi).
+    """Percentile bootstrap of the ratio stat(num) / stat(den) of two samples' statistics, e.g. the
+    total-time ratio total AR time / total SD time (stat=np.sum). Returns (estimate, lo, hi). The
+    workbook's speedup is not this ratio but the median of per-prompt ratios (`speclib.bench.speedup`).
 
     `paired=None` (default) resamples pairs (the same indices in both) when len(num) == len(den),
     e.g. AR and SD timed on the same prompts, and the two samples independently otherwise.

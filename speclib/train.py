@@ -22,8 +22,8 @@ import torch
 import torch.nn.functional as F
 
 from . import data
+from .device import REPO
 
-REPO = data.REPO
 CHECKPOINTS = REPO / "data" / "checkpoints"
 TOKENIZER_DIR = CHECKPOINTS / "tokenizer"
 STATE = REPO / "build" / "train"
@@ -54,6 +54,8 @@ PRESETS = {
                        num_key_value_heads=4, intermediate_size=384, lr=3e-3),
 }
 MATH_TRAIN_PROBLEMS = 200_000
+MATH_VALIDATION_PROBLEMS = 1000   # the math presets' held-out loss stream (a fixed prefix of the split)
+SAVE_EVERY_S = 300                # resumable state is written at least this often: a killed run loses little
 
 
 def train_tokenizer(out: Path = TOKENIZER_DIR) -> Path:
@@ -121,7 +123,7 @@ def workload_stream(split: str, tokenizer) -> np.ndarray:
 
 def math_stream(split: str, tokenizer) -> np.ndarray:
     """Arithmetic problems (question + worked solution) of a split, EOS-joined; cached in build/."""
-    n = MATH_TRAIN_PROBLEMS if split == "train" else 1000
+    n = MATH_TRAIN_PROBLEMS if split == "train" else MATH_VALIDATION_PROBLEMS
     return _cached_stream(f"math_{split}_{n}", lambda: (p["question"] + p["solution"]
                                                         for p in data.math_problems(split, n)), tokenizer)
 
@@ -223,7 +225,7 @@ def train_model(name: str, steps: int, minutes: float, bsz: int = 8, seq: int = 
             with open(log_path, "a") as f:
                 f.write(json.dumps(rec) + "\n")
             print(rec, flush=True)
-        if time.time() - last_save > 300:
+        if time.time() - last_save > SAVE_EVERY_S:
             save(); last_save = time.time()
     save()
     return export(name, model, tok, held, distill_from)

@@ -5,6 +5,7 @@ A chain is the tree with parents [-1, 0, 1, ...]. `q[i]` is the distribution nod
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import torch
@@ -19,6 +20,34 @@ def check_parents(parents: list[int], offset: int = 0) -> None:
         if not isinstance(p, int) or not -1 <= p < offset + i:
             raise ValueError(f"parents[{i}] = {p!r}: each parent must be -1 (the committed tip) or the "
                              f"index of an earlier node (< {offset + i}); nodes must be in topological order")
+
+
+def path_to(parents, node: int) -> list[int]:
+    """Root-to-node list of node indices (both ends included) in the forest `parents` (-1 = root)."""
+    path = []
+    while node >= 0:
+        path.append(node)
+        node = int(parents[node])
+    return path[::-1]
+
+
+def ancestor_mask(parents) -> torch.Tensor:
+    """[N, N] bool, True where column j is row i or one of its ancestors.
+
+    parents: N ints in topological order (-1 = root), as a list or an integer tensor [N]; a tensor
+    [B, N] gives [B, N, N]. Vectorised on the parents' device by path doubling: from I + P (P = the
+    parent edges), squaring the reachability matrix doubles the path length it covers, so
+    ceil(log2 N) squarings reach every ancestor.
+    """
+    par = torch.as_tensor(parents, dtype=torch.long)
+    N, dev = par.shape[-1], par.device
+    edges = torch.zeros(*par.shape, N + 1, device=dev)
+    # Column N is a sink for -1 (roots): scatter there, then drop it.
+    edges.scatter_(-1, torch.where(par < 0, N, par).unsqueeze(-1), 1.0)
+    M = edges[..., :N] + torch.eye(N, device=dev)
+    for _ in range(max(1, math.ceil(math.log2(max(N, 2))))):
+        M = (M @ M > 0).float()
+    return M > 0
 
 
 @dataclass
@@ -59,17 +88,4 @@ class Tree:
 
     def path_to(self, node: int) -> list[int]:
         """Root-to-node list of node indices."""
-        path = []
-        while node >= 0:
-            path.append(node)
-            node = self.parents[node]
-        return path[::-1]
-
-    def ancestor_mask(self) -> torch.Tensor:
-        """[N, N] bool, True where column j is an ancestor of row i or i itself."""
-        n = len(self)
-        m = torch.eye(n, dtype=torch.bool)
-        for i, p in enumerate(self.parents):
-            if p >= 0:
-                m[i] |= m[p]
-        return m
+        return path_to(self.parents, node)

@@ -151,11 +151,6 @@ def build(n_heldout: int = 40) -> dict[str, Path]:
     return paths
 
 
-def training_text(seed: int = 0) -> list[str]:
-    """Every train-split example of every workload as one document (prompt + reference)."""
-    return [ex["prompt"] + ex["reference"] for w in WORKLOADS for ex in examples(w, "train", seed=seed)]
-
-
 if __name__ == "__main__":
     for name, p in build().items():
         print(name, p, sum(1 for _ in p.open()))

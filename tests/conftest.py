@@ -7,6 +7,10 @@ import torch
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
+from speclib.device import set_threads  # noqa: E402
+
+set_threads()      # torch's threads = the CPUs this process may use (affinity, cgroup quota), or $SPECLIB_THREADS
+
 import pytest  # noqa: E402
 from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
 

@@ -26,15 +26,28 @@ def test_random_tree_shape(n, depth):
     assert set(j for p in paths for j in p) == set(range(n))       # every node lies on a branch
 
 
-def test_verify_once_leaves_no_trace(lm):
+def test_verify_once_leaves_no_trace(lm, monkeypatch):
+    """The clock is read twice on the views' device, around the verify forward only (a fake clock
+    records the pending nodes at each read), and the returned seconds are the difference."""
     parents = bench_tree.random_tree(12, 4, torch.Generator().manual_seed(1))
     tokens = [random.Random(2).randrange(64) for _ in parents]
+    reads = []
+
+    def fake_clock(device):
+        reads.append((torch.device(device), sum(len(v.pending_parents) for v in views)))
+        return 10.0 * len(reads) ** 2
+
+    monkeypatch.setattr(bench_tree, "clock", fake_clock)
     for strategy in ("closed_form", "materialize", "replay"):
         views = [lm.view(strategy=strategy) for _ in range(2)]
         fresh = lm.view()
         for v in views:
             v.reset([1, 2, 3])
-        assert bench_tree.verify_once(views, tokens, parents) > 0
+        reads.clear()
+        assert bench_tree.verify_once(views, tokens, parents) == 30.0        # 10 * 2**2 - 10 * 1**2
+        # replay scores (and drops) one branch at a time; the tree strategies still hold every node at the second read
+        held = 0 if strategy == "replay" else len(views) * len(parents)
+        assert reads == [(torch.device("cpu"), 0), (torch.device("cpu"), held)]
         fresh.reset([1, 2, 3])
         for v in views:
             assert not v.pending_parents

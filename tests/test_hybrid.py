@@ -14,6 +14,7 @@ import torch
 from transformers import Qwen3_5ForCausalLM
 
 from speclib.models.hybrid import STRATEGIES, HybridLM, extend_batch, tiny_config
+from speclib.tree import path_to
 
 TOL = 1e-4
 V = 64
@@ -38,14 +39,6 @@ def model():
 def ref_logits(model, seq) -> torch.Tensor:
     """[len(seq), V]: transformers' full forward, no cache."""
     return model(input_ids=torch.tensor([list(seq)]), use_cache=False).logits[0].float()
-
-
-def path_to(parents, node):
-    path = []
-    while node >= 0:
-        path.append(node)
-        node = parents[node]
-    return path[::-1]
 
 
 @pytest.mark.parametrize("n", [1, 3, 17, 70])       # 70 crosses the 64-token prefill chunk

@@ -1,14 +1,25 @@
 """Every notebook, SMOKE=True, through papermill; its results must exist and make sense.
-Outputs go to a temporary folder (SPECLIB_OUT), never to the committed data/ and figures/."""
-import os
-from pathlib import Path
-
+Outputs go to a temporary folder (SPECLIB_OUT, which the notebook kernels inherit), never to the
+committed data/ and figures/. Timings are never asserted: the checks are on what a bug would break
+(a table's rows, an estimate inside its own CI, a ratio recomputed from the saved raw rows)."""
+import numpy as np
 import pandas as pd
 import pytest
 
 from conftest import needs_shipped
+from speclib.device import REPO
 
-REPO = Path(__file__).resolve().parent.parent
+
+def ci_contains(est, lo, hi) -> bool:
+    """Every interval contains its own estimate (1e-9 relative slack: a resample sums in another order)."""
+    slack = 1e-9 * np.abs(est)
+    return bool(((lo <= est + slack) & (est - slack <= hi)).all())
+
+
+def analytic_speedup(a, k, c, v):
+    """E / (K c + v(K)), E = (1 - a^(K+1)) / (1 - a) (docs/analytic_model.md), written apart from speclib.bench."""
+    e = k + 1.0 if a >= 1 else (1 - a ** (k + 1)) / (1 - a)
+    return e / (k * c + v)
 
 
 @pytest.fixture
@@ -35,8 +46,24 @@ def test_01_baseline_smoke(out):
     ident = pd.read_parquet(res / "identity.parquet")
     assert (ident.identical == ident["of"]).all()
     speed = pd.read_parquet(res / "speedup.parquet")
-    assert set(speed["mode"]) == {"greedy", "temperature 1"} and speed.speedup.gt(0).all()
-    assert speed.alpha.between(0, 1).all()
+    assert set(speed["mode"]) == {"greedy", "temperature 1"} and set(speed.split) == {"pilot", "report"}
+    ks = sorted(set(speed.K))
+    assert ks == list(range(1, ks[-1] + 1)) and len(speed) == 4 * len(ks)      # one row per (mode, split, K)
+    assert speed.groupby(["mode", "split"]).chosen.sum().eq(1).all()          # the pilot's K, marked in both splits
+    assert ci_contains(speed.speedup, speed.lo, speed.hi)
+    assert speed.tokens_per_call.between(1, speed.K + 1).all()                  # a target pass yields 1..K+1 tokens
+    assert speed.acceptance.between(0, 1).all() and speed.token_acceptance.between(0, 1).all()
+    greedy = speed[speed["mode"] == "greedy"]
+    assert (greedy.identical == greedy.runs).all()                              # greedy SD = AR in every run
+    # the speedup is the median over prompts of the median over rounds of SD / AR tokens per second,
+    # recomputed from the saved runs
+    runs = pd.read_parquet(res / "runs.parquet")
+    key = ["mode", "split", "prompt", "round"]
+    pairs = runs[runs.K > 0].merge(runs[runs.K == 0][key + ["tokens_per_s"]], on=key, suffixes=("", "_ar"))
+    assert len(pairs) == len(runs[runs.K > 0]) == speed.runs.sum()             # every SD run has its AR run
+    per_run = pairs.assign(ratio=pairs.tokens_per_s / pairs.tokens_per_s_ar)
+    want = per_run.groupby(["mode", "split", "K", "prompt"]).ratio.median().groupby(["mode", "split", "K"]).median()
+    assert np.allclose(speed.set_index(["mode", "split", "K"]).speedup.loc[want.index], want)
     chi = pd.read_parquet(res / "chi2.parquet")
     assert chi[chi.method == "speclib"].p.between(0, 1).all()
     for name in ["exact_math", "chi2", "speedup", "acceptance", "assisted"]:
@@ -53,7 +80,13 @@ def test_03_tree_hybrid_smoke(out):
     qwen = layer[layer.dk == 128]
     assert (qwen.memory_ratio_bf16 > 120).all()          # K·V·2/(K+V+1) = 127.5 at K = V = 128
     verify = pd.read_parquet(res / "verify.parquet")
-    assert set(verify.strategy) == {"closed_form", "materialize", "replay"} and verify.seconds.gt(0).all()
+    assert set(verify.strategy) == {"closed_form", "materialize", "replay"}
+    sizes = verify.groupby(["strategy", "batch"]).nodes.apply(tuple)
+    assert sizes.nunique() == 1 and len(set(sizes.iloc[0])) == len(sizes.iloc[0]) and 1 in sizes.iloc[0]
+    one = verify[(verify.nodes == 1) & (verify.strategy == "closed_form")].set_index("batch").seconds
+    assert np.allclose(verify.over_one_token, verify.seconds / verify.batch.map(one))
+    held = verify.groupby("strategy").state_bytes_at_n64.first()
+    assert held["closed_form"] < held["materialize"]
     budget = pd.read_parquet(res / "budget.parquet")
     assert budget.groupby("batch").chosen.sum().eq(1).all()
     decode = pd.read_parquet(res / "decode.parquet")
@@ -75,9 +108,11 @@ def test_02_cache_hybrid_smoke(out):
             "oracle (hindsight)"} <= set(speed.policy)
     assert (speed.identical == speed["of"]).all()               # greedy identity for every policy
     pred = pd.read_parquet(res / "predictor.parquet")
-    assert pred.spearman.between(-1, 1).all() and (pred.mae >= 0).all()
+    assert pred.spearman.between(-1, 1).all()
     logs = pd.read_parquet(res / "cache_logs.parquet")
     assert (logs.accepted <= logs.draft_len).all() and (logs.predicted <= logs.draft_len + 1e-9).all()
+    both = pred.iloc[0]                                         # the predictor on every logged candidate
+    assert both.n == len(logs) and np.isclose(both.mae, (logs.predicted - logs.accepted).abs().mean())
     for name in ["predictor", "payoff", "speedup"]:
         assert (out / "figures" / f"02_cache_hybrid_{name}.png").stat().st_size > 10_000
 
@@ -91,11 +126,13 @@ def test_04_cospec_rl_smoke(out):
     m = pd.read_parquet(res / "methods.parquet").set_index("method")
     assert {"target AR", "draft AR", "lossless SD", "AutoJudge (classifier)", "CoSpec (RL)",
             "oracle branch choice"} <= set(m.index)
-    assert m.accuracy.between(0, 1).all()
+    assert m.accuracy.between(0, 1).all() and ci_contains(m.accuracy, m.lo, m.hi)
     assert m.diff_vs_target["lossless SD"] == 0                 # greedy lossless SD is the target's output
     assert m.accuracy["oracle branch choice"] >= m.accuracy["target AR"]
     assert (m.same_as_batched.dropna() > 0.5).all()             # the real loop reproduces the batched process
-    assert m.speedup.dropna().gt(0).all()
+    timed = m[m.speedup.notna()]
+    assert {"target AR", "lossless SD", "CoSpec (RL)"} <= set(timed.index)
+    assert ci_contains(timed.speedup, timed.speed_lo, timed.speed_hi)
     curve = pd.read_parquet(res / "rl_curve.parquet")
     assert len(curve) >= 2 and curve.accuracy.between(0, 1).all()
     for name in ["rl_curve", "pareto", "policy"]:
@@ -109,15 +146,27 @@ def test_05_backend_latency_smoke(out):
     run(REPO / "notebooks/05_backend_latency.ipynb", out / "05.ipynb", {"SMOKE": True})
     res = out / "results" / "05_backend_latency"
     lat = pd.read_parquet(res / "latency.parquet")
-    assert {"torch", "torch-int8", "serial:torch"} <= set(lat.backend) and lat.seconds.gt(0).all()
-    assert (lat[lat.n == 1].ratio == 1).all()
+    assert {"torch", "torch-int8", "serial:torch"} <= set(lat.backend)
+    ns = lat.groupby(["model", "backend", "prefix"]).n.apply(sorted)
+    assert all(n == list(range(1, ns.iloc[0][-1] + 1)) for n in ns)           # every case at n = 1..N_MAX, once
+    t1 = lat[lat.n == 1].set_index(["model", "backend", "prefix"]).seconds
+    assert np.allclose(lat.ratio, lat.seconds / t1.loc[pd.MultiIndex.from_frame(lat[["model", "backend", "prefix"]])].to_numpy())
     speed = pd.read_parquet(res / "speedup.parquet")
-    assert speed.speedup.gt(0).all() and speed.alpha.between(0, 1).all() and speed.predicted.gt(0).all()
+    assert ci_contains(speed.speedup, speed.lo, speed.hi) and speed.alpha.between(0, 1).all()
+    runs = pd.read_parquet(res / "runs.parquet")
+    assert len(speed) == runs[runs.K > 0].groupby(["config", "K"]).ngroups     # one row per (configuration, K)
+    for r in speed.itertuples():                                # each ratio, recomputed from the saved runs
+        ar, sd = (runs[(runs.config == r.config) & (runs.K == k)] for k in (0, r.K))
+        assert r.of == len(sd) == len(ar)                       # every prompt's SD output compared with its AR
+        assert np.isclose(r.speedup, ar.seconds.sum() / sd.seconds.sum())
+        assert np.isclose(r.alpha, sd.accepted.sum() / max(sd.reached.sum(), 1))
+        assert np.isclose(r.predicted, analytic_speedup(r.alpha, r.K, r.c, r.v))
     fp32 = speed[speed.target_backend.isin(["torch", "serial:torch"])]
-    assert (fp32.identical == fp32["of"]).all()                  # fp32 greedy SD reproduces AR
-    serial = speed[speed.target_backend == "serial:torch"]
-    assert (serial.v > 1 + 0.5 * serial.K).all()                 # forced serial verification: v(K) grows with K
+    assert "serial:torch" in set(fp32.target_backend)            # forced serial verification is among the configurations
+    assert (fp32.identical == fp32["of"]).all()                  # fp32 greedy SD reproduces AR, serial verification included
     causes = pd.read_parquet(res / "causes.parquet")
     assert set(causes.dominant_cause) <= {"draft too slow relative to target", "verification not parallel"}
+    best = speed.loc[speed.groupby("config").speedup.idxmax()].set_index("config").K
+    assert causes.set_index("config").K.sort_index().equals(best.sort_index())   # one row per configuration, at its best K
     for name in ["latency", "predicted_vs_measured", "break_even"]:
         assert (out / "figures" / f"05_backend_latency_{name}.png").stat().st_size > 10_000

@@ -5,6 +5,7 @@ import pandas as pd
 import pytest
 
 from speclib import plotting, results
+from speclib.device import REPO
 
 
 def _df():
@@ -85,3 +86,29 @@ def test_savefig_bad_names(tmp_path, name):
         plotting.savefig(fig, name, root=tmp_path)
     plt.close(fig)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_default_roots_follow_speclib_out_at_call_time(tmp_path, monkeypatch):
+    """SPECLIB_OUT is read when a function runs, not when the module was imported (it already was)."""
+    import matplotlib.pyplot as plt
+    monkeypatch.setenv("SPECLIB_OUT", str(tmp_path / "a"))
+    assert results.root() == tmp_path / "a" / "results" and plotting.root() == tmp_path / "a" / "figures"
+    monkeypatch.setenv("SPECLIB_OUT", str(tmp_path / "b"))
+    assert results.save(_df(), "x/speed") == tmp_path / "b" / "results" / "x" / "speed.parquet"
+    assert results.available() == ["x/speed"] and len(results.load("x/speed")) == 3
+    fig = plt.figure()
+    assert plotting.savefig(fig, "x_speed")[0] == tmp_path / "b" / "figures" / "x_speed.png"
+    plt.close(fig)
+    monkeypatch.delenv("SPECLIB_OUT")
+    assert results.root() == REPO / "data" / "results" and plotting.root() == REPO / "figures"
+
+
+def test_import_picks_no_backend(monkeypatch):
+    """Re-importing plotting as in a fresh process (no backend chosen yet) leaves the choice to matplotlib."""
+    import importlib
+
+    import matplotlib
+    monkeypatch.setattr(matplotlib, "get_backend", lambda *a, **k: None)
+    monkeypatch.setattr(matplotlib.rcParams, "_get_backend_or_none", lambda: None, raising=False)
+    monkeypatch.setattr(matplotlib, "use", lambda *a, **k: pytest.fail("importing plotting switched the backend"))
+    importlib.reload(plotting)

@@ -25,6 +25,7 @@ if not ON_GPU and "triton" not in sys.modules:
 
 from speclib.kernels.tree_gdn import (fold, recurrent_gated_delta_rule, tree_conv1d,  # noqa: E402
                                       tree_conv1d_naive, tree_gdn)
+from speclib.tree import ancestor_mask, path_to  # noqa: E402
 
 try:
     from speclib.kernels.tree_gdn.triton import interpreter_ready
@@ -171,11 +172,24 @@ def test_chain_is_sequential_rule(impl):
 
 
 def random_path(parents, rng):
-    node, path = rng.randrange(len(parents)), []
-    while node != -1:
-        path.append(node)
-        node = parents[node]
-    return path[::-1]
+    return path_to(parents, rng.randrange(len(parents)))
+
+
+def test_ancestor_mask_is_the_paths():
+    """speclib.tree.ancestor_mask (the chunk kernel's mask): row i is exactly i's root-to-node path, for
+    lists and [N] / [B, N] tensors, at every size the path doubling must cover (deep chains included)."""
+    cases = [[], [-1], list(range(-1, 39)), forest(23, 3, 2), forest(64, 4, 3), CASES["forest40_deep"][0]]
+    for parents in cases:
+        n = len(parents)
+        want = torch.zeros(n, n, dtype=torch.bool)
+        for i in range(n):
+            want[i, path_to(parents, i)] = True
+        assert torch.equal(ancestor_mask(parents), want)
+        assert torch.equal(ancestor_mask(torch.tensor(parents, dtype=torch.long)), want)
+    batched = torch.tensor([forest(17, 1, 5), forest(17, 3, 6)])
+    got = ancestor_mask(batched)
+    assert got.shape == (2, 17, 17)
+    assert all(torch.equal(got[b], ancestor_mask(batched[b].tolist())) for b in range(2))
 
 
 @pytest.mark.parametrize("impl", ["naive", "chunk", TRITON])

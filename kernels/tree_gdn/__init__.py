@@ -14,13 +14,12 @@ from collections.abc import Sequence
 
 import torch
 
-from .chunk import ancestor_matrix, tree_gdn_chunk
+from .chunk import tree_gdn_chunk
 from .conv import tree_conv1d, tree_conv1d_naive
 from .naive import Factors, recurrent_gated_delta_rule, tree_gdn_naive
 
 __all__ = ["tree_gdn", "fold", "tree_conv1d", "Factors", "IMPLS",
-           "tree_gdn_naive", "tree_gdn_chunk", "tree_conv1d_naive", "recurrent_gated_delta_rule",
-           "ancestor_matrix"]
+           "tree_gdn_naive", "tree_gdn_chunk", "tree_conv1d_naive", "recurrent_gated_delta_rule"]
 
 IMPLS = ("auto", "naive", "chunk", "triton")
 

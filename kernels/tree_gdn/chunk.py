@@ -2,7 +2,7 @@
 
 The chain algorithm (WY/UT transform of fla's chunk_gated_delta_rule) with two substitutions:
 a path cumsum instead of a sequence cumsum, and an ancestor mask instead of a causal mask
-(REFERENCE.md section E). With M the ancestor-or-self matrix (M_ij = 1 iff j is i or an ancestor):
+(derivation: docs/gdn_tree.md). With M the ancestor-or-self matrix (M_ij = 1 iff j is i or an ancestor):
 
     G = M g                                             path cumsum, [N]
     D_ij = M_ij exp(G_i - G_j)                          decay from j to i along i's path
@@ -18,24 +18,9 @@ import math
 
 import torch
 
+from speclib.tree import ancestor_mask
+
 from .naive import Factors, check_inputs
-
-
-def ancestor_matrix(parents: torch.Tensor) -> torch.Tensor:
-    """M [B, N, N] (fp32 0/1): M_ij = 1 iff j is an ancestor-or-self of i. parents: [B, N] int64.
-
-    Vectorised by path doubling: start from I + P (P = parent edges); squaring the reachability
-    matrix doubles the path length it covers, so ceil(log2 N) squarings reach every ancestor.
-    """
-    B, N = parents.shape
-    eye = torch.eye(N, device=parents.device)
-    P = torch.zeros(B, N, N + 1, device=parents.device)
-    # Column N is a sink for -1 (roots): scatter there, then drop it.
-    P.scatter_(2, torch.where(parents < 0, N, parents).unsqueeze(-1), 1.0)
-    M = eye + P[..., :N]
-    for _ in range(max(1, math.ceil(math.log2(max(N, 2))))):
-        M = (M @ M > 0).float()
-    return M
 
 
 def tree_gdn_chunk(q, k, v, g, beta, parents, state):
@@ -61,9 +46,9 @@ def tree_gdn_chunk(q, k, v, g, beta, parents, state):
     gf, bf = (t.float().transpose(1, 2) for t in (g, beta))            # [B, H, N]
     S0 = state.float()
 
-    M = ancestor_matrix(par)                                          # [B, N, N]
-    G = torch.einsum("bij,bhj->bhi", M, gf)                           # [B, H, N]
-    anc = M.bool().unsqueeze(1)                                       # [B, 1, N, N]
+    M = ancestor_mask(par)                                            # [B, N, N] bool
+    G = torch.einsum("bij,bhj->bhi", M.float(), gf)                   # [B, H, N]
+    anc = M.unsqueeze(1)                                              # [B, 1, N, N]
     # Mask BEFORE exp: for non-ancestor pairs G_i - G_j can be large and positive (inf * 0 = NaN).
     diff = G.unsqueeze(-1) - G.unsqueeze(-2)
     D = torch.where(anc, diff, torch.full_like(diff, -math.inf)).exp()  # [B, H, N, N]

@@ -21,6 +21,8 @@ from typing import NamedTuple
 
 import torch
 
+from speclib.tree import path_to
+
 
 class Factors(NamedTuple):
     """What ``fold`` needs to commit any root-to-leaf path (fp32).
@@ -67,15 +69,6 @@ def check_parents(parents, B: int, N: int, device) -> torch.Tensor:
         raise ValueError(f"parents must be in topological order with -1 <= parents[i] < i; "
                          f"got parents[{b}, {i}] = {int(parents[b, i])}")
     return parents.to(device=device, dtype=torch.int64).contiguous()
-
-
-def path_to(parents_row: list[int], i: int) -> list[int]:
-    """Root-to-node path of node i (both ends included)."""
-    path = []
-    while i != -1:
-        path.append(i)
-        i = parents_row[i]
-    return path[::-1]
 
 
 def recurrent_gated_delta_rule(q, k, v, g, beta, state):

@@ -21,6 +21,27 @@
 # We measure verification latency and transient state memory per strategy, the node budget a batch
 # can afford, end-to-end decoding (AR, chain SD, tree SD) at batch 1 and batch > 1, and
 # component-aware self-speculation with the model's own linear-attention subgraph as the draft.
+#
+# **Why trees are hard on a recurrent layer.** In an attention layer a draft tree is cheap: every
+# node attends to its ancestors through a mask, and rejected nodes are dropped from the KV cache.
+# A Gated DeltaNet layer instead carries a fixed-size state `S` (per head a K × V matrix) that every
+# token updates: it decays the state by a gate g and adds a rank-one delta-rule correction built from
+# the token's key and value. Two siblings need two
+# different states, and after verification only the accepted path's state may survive. Keeping a
+# state per node costs n full matrices; replaying branch by branch costs one model pass per leaf.
+# The closed form instead writes the state after any node as the committed state, decayed along
+# the node's path, plus a sum of rank-one terms of its ancestors — so the whole tree is one masked,
+# triangular computation, and only small per-node factors are held until commit. The derivation,
+# and why it is exact, is in [the tree closed form](../docs/gdn_tree.md); how a draft tree is
+# verified losslessly (siblings drawn without replacement, the residual rule) is in
+# [draft trees](../docs/trees.md) and [the lossless rule](../docs/lossless.md).
+#
+# **How to read the notebook.** Sections 2–3 are micro-benchmarks: one layer, then the whole model,
+# for a single verify pass (cost only, no acceptance). Section 4 adds acceptance: a pilot measures
+# how many tokens each draft shape earns, and a cost model turns "tokens per pass" and "seconds per
+# pass" into a node budget. Section 5 is the end-to-end test, where everything is paid for; section
+# 6 asks whether the hybrid model can draft for itself. Each figure is preceded by what to look for
+# and followed by a reading whose numbers come from this run.
 
 # %%
 SMOKE = False           # True: tiny sizes, the whole notebook in under ~2 minutes on 2 CPU cores
@@ -85,6 +106,13 @@ print(f"{type(target).__name__} over {cfg.model_type}: {sum(target.is_gdn)} GDN 
 # draft tree, and the output equals plain greedy decoding token for token — ours and `transformers`'
 # own `generate`, whose speed is the reference our AR baseline must not fall behind (a slow baseline
 # would flatter every speedup below).
+#
+# The refusal is printed rather than hidden: it is the practical gap this notebook fills. The token
+# check is the cheapest correctness test of everything below — a tree verified with a wrong state
+# on some branch would, sooner or later, accept a token that greedy decoding would not produce. Two
+# numbers to read in the table: `tokens_per_s` of speclib's AR against `transformers`' (if ours
+# were slower, every "speedup over AR" below would be inflated), and `identical_to_speclib_ar`,
+# which must be True in every row.
 
 # %%
 ids = prompts[0]
@@ -120,6 +148,18 @@ print(repr(sd.text[:200]))
 # `k [n, H, K]`, `u [n, H, V]`, `G [n, H]` (kept in fp32 here; bf16 storage halves them, as the seed
 # stores them) versus `n` fp32 states `[H, K, V]`. The analytic ratio is `K·V / (K + V + 1)` (fp32
 # factors), about 64x at K = V = 128; twice that for bf16 factors.
+#
+# Where the ratio comes from: a state per node stores a K × V matrix per head for every node, while
+# the closed form stores, per node and head, one key (K numbers), one value-side vector (V numbers)
+# and one cumulative log-decay (1 number), and rebuilds any node's state on demand from its
+# ancestors' factors and the committed state. Memory matters beyond the single request: the state
+# held until commit is per request, so at batch b it is b times larger, and it competes with the KV
+# cache of the attention layers for the same accelerator memory. A speculative state smaller by the
+# factor above is what lets a server keep large trees *and* large batches.
+#
+# Why random trees: the latency of one verify depends only on the tree's shape, not on which tokens
+# sit in it, so a seeded random tree with a realistic depth makes the measurement reproducible and
+# independent of any drafter. Section 4 checks how far this proxy is from the drafter's real trees.
 
 # %%
 shapes = {"hybrid-target": (H, DK, DV), "Qwen3.5 layer (32 x 128 x 128)": (32, 128, 128)}
@@ -136,7 +176,24 @@ results.save(layer.assign(**meta), f"{NB}/layer")
 display(layer[["layer_shape", "nodes", "closed_form_seconds", "materialize_seconds", "speedup",
                "memory_ratio_fp32", "memory_ratio_bf16"]].round(4))
 
-fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
+# %% [markdown]
+# ### One layer: time and memory of the two strategies
+# **Question.** For a single Gated DeltaNet layer, how do the closed form and a state per node scale
+# with the number of tree nodes, in time and in the speculative state held until commit — and does
+# the gap grow with the layer's size?
+#
+# **How to read it.** Both panels are log–log, x = nodes in the tree. Colour = layer shape (ours,
+# small; a real Qwen3.5 layer, large); solid circles = closed form, dashed squares = a state per node.
+# Left: milliseconds for one verify of the layer. Right: MiB of speculative state held until commit
+# (fp32 states for the per-node strategy, bf16 factors for the closed form). On a log–log plot a
+# slope of 1 means cost proportional to n; the *vertical distance* between the solid and the dashed
+# line of one colour is the ratio between the strategies (a constant distance = a constant factor).
+# The memory panel should show two parallel lines per colour — both strategies hold something per
+# node — separated by the analytic factor `2·K·V / (K + V + 1)` for bf16 factors; the time panel
+# shows whether the arithmetic follows.
+
+# %%
+fig, axes = plt.subplots(1, 2, figsize=(12, 4.4))
 for i, (shape_name, g) in enumerate(layer.groupby("layer_shape", sort=False)):
     axes[0].plot(g.nodes, g.closed_form_seconds * 1e3, "o-", color=f"C{i}", label=f"closed form, {shape_name}")
     axes[0].plot(g.nodes, g.materialize_seconds * 1e3, "s--", color=f"C{i}", label=f"state per node, {shape_name}")
@@ -145,7 +202,9 @@ for i, (shape_name, g) in enumerate(layer.groupby("layer_shape", sort=False)):
 axes[0].set(xscale="log", yscale="log", xlabel="tree nodes", ylabel="ms per layer", title="GDN tree verification, one layer")
 axes[1].set(xscale="log", yscale="log", xlabel="tree nodes", ylabel="MiB held until commit", title="Speculative state, one layer")
 for ax in axes:
-    ax.legend(fontsize=7)
+    ax.set_xticks(TREE_SIZES, [str(n) for n in TREE_SIZES])
+    ax.minorticks_off()
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=1, frameon=False)
 savefig(fig, f"{NB}_layer"); plt.show()
 n64 = 64 if 64 in TREE_SIZES else TREE_SIZES[-1]
 q = layer[(layer.layer_shape != "hybrid-target") & (layer.nodes == n64)].iloc[0]
@@ -156,6 +215,32 @@ display(Markdown(
     f"**{q.memory_ratio_fp32:.0f}x** less speculative state at the Qwen3.5 shape with fp32 factors and "
     f"**{q.memory_ratio_bf16:.0f}x** with bf16 factors ({q.materialize_bytes / 2**20:.0f} MiB vs "
     f"{q.closed_form_bf16_bytes / 2**20:.2f} MiB per layer; seed study: 82–99x)."))
+lo_n, hi_n = min(TREE_SIZES), max(TREE_SIZES)
+growth = {(s_, col): layer[(layer.layer_shape == s_) & (layer.nodes == hi_n)][col].iloc[0] /
+          layer[(layer.layer_shape == s_) & (layer.nodes == lo_n)][col].iloc[0]
+          for s_ in shapes for col in ("closed_form_seconds", "materialize_seconds")}
+analytic = {s_: dk * dv / (dk + dv + 1) for s_, (_, dk, dv) in shapes.items()}
+display(Markdown(
+    f"**Reading.** Memory "
+    + ("behaves exactly as counted" if all(abs(layer[layer.layer_shape == s_].memory_ratio_fp32.mean() / analytic[s_] - 1) < 0.05
+                                           for s_ in shapes) else "departs from the simple count")
+    + ": the measured fp32-factor ratio is "
+    + ", ".join(f"{layer[layer.layer_shape == s_].memory_ratio_fp32.mean():.1f}x at the {s_} shape "
+                f"(analytic K·V/(K+V+1) = {analytic[s_]:.1f})" for s_ in shapes)
+    + (", the same at every tree size, because both strategies store a fixed amount per node. "
+       if layer.groupby("layer_shape").memory_ratio_fp32.agg(lambda r: r.max() / r.min()).max() < 1.01 else
+       ", varying a little with the tree size (the factors or states include per-tree terms). ")
+    + f"Time is "
+    f"less clean: from {lo_n} to {hi_n} nodes ({hi_n // lo_n}x the nodes) the closed form's time grows "
+    + ", ".join(f"{growth[(s_, 'closed_form_seconds')]:.1f}x ({s_})" for s_ in shapes)
+    + " and the state-per-node time "
+    + ", ".join(f"{growth[(s_, 'materialize_seconds')]:.1f}x ({s_})" for s_ in shapes)
+    + f". A small tree leaves the closed form's fixed overheads (the triangular solve, kernel launches) "
+    f"visible, so the layer ratio depends on the tree size; the memory ratio does not. The larger the state per "
+    f"head (K·V), the more a per-node state costs to write and to hold: at {n64} nodes the time advantage is "
+    f"{q.speedup:.1f}x at the Qwen3.5 shape against {o.speedup:.1f}x at ours"
+    + (", so the closed form matters more, not less, on real model sizes." if q.speedup > o.speedup else
+       " — here the larger shape does not widen the time gap, though it widens the memory gap.")))
 
 # %% [markdown]
 # ## 3 · The whole model: verification latency vs tree size and batch
@@ -164,6 +249,18 @@ display(Markdown(
 # LM head read the weights once; attention and the recurrence run per request). `replay` verifies a
 # tree branch by branch. Medians over repeats, strategies timed round-robin. The dense parts of the
 # model cost the same under every strategy, so the whole-model ratio is smaller than the layer ratio.
+#
+# Why time a bare verify pass? End-to-end speed mixes three things — what a pass costs, how many
+# tokens it yields, and what drafting costs. This section isolates the first: the same random tree
+# (shaped like a confidence-expanded draft, depth ≤ `TREE_DEPTH`) is scored under each strategy,
+# so any difference is the strategy's. The column `over_one_token` divides by a one-token pass at
+# the same batch size: it is the verification cost ratio v(n) of
+# [the analytic model](../docs/analytic_model.md), the price of scoring n nodes instead of one. A
+# tree pays only if the extra tokens it earns per pass exceed that price (plus drafting).
+#
+# Batch > 1 is where the question changes. At batch 1 a small model leaves the hardware idle, so
+# extra nodes ride along almost for free; at a larger batch the pass is already busy with other
+# requests' tokens, and every node competes with them. The batch panel shows how quickly that happens.
 
 # %%
 strategies = ["closed_form", "materialize", "replay"]
@@ -193,7 +290,22 @@ for s in strategies:
 verify["state_bytes_at_n64"] = verify.strategy.map(mem)
 results.save(verify.assign(**meta), f"{NB}/verify")
 
-fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
+# %% [markdown]
+# ### The whole model: one verify pass, by tree size and by batch
+# **Question.** Once the dense layers and attention are included, how much does the recurrent-layer
+# strategy still matter, and how does the cost of scoring a tree grow with the batch?
+#
+# **How to read it.** Both panels log–log, y = milliseconds per verify pass (medians). Left, batch 1:
+# x = tree nodes, one line per strategy; the vertical gap between lines is the strategy's cost at
+# that tree size, and `replay`'s steeper line is the price of one pass per branch. Right, a tree of
+# the size marked in the legend per request: x = requests per pass; the dotted line is the same
+# batch decoding one token per request (batched AR). The gap between a strategy's line and the
+# dotted line is what tree verification costs on top of plain batched decoding; if that gap grows
+# with the batch, trees become harder to afford as the batch grows (section 4 turns this into a
+# budget). `replay` is measured only up to batch 2.
+
+# %%
+fig, axes = plt.subplots(1, 2, figsize=(12, 4.4))
 for i, s in enumerate(strategies):
     g = verify[(verify.strategy == s) & (verify.batch == 1) & (verify.nodes > 1)]
     axes[0].plot(g.nodes, g.seconds * 1e3, "o-", color=f"C{i}", label=s)
@@ -203,8 +315,11 @@ g = verify[(verify.strategy == "closed_form") & (verify.nodes == 1)]
 axes[1].plot(g.batch, g.seconds * 1e3, "k:", label="one token / request")
 axes[0].set(xscale="log", yscale="log", xlabel="tree nodes", ylabel="ms per verify pass", title="hybrid-target, batch 1")
 axes[1].set(xscale="log", yscale="log", xlabel="batch (requests per pass)", ylabel="ms per verify pass", title="hybrid-target vs batch")
+axes[0].set_xticks(TREE_SIZES, [str(n) for n in TREE_SIZES])
+axes[1].set_xticks(BATCHES, [str(b) for b in BATCHES])
 for ax in axes:
-    ax.legend(fontsize=8)
+    ax.minorticks_off()
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, frameon=False)
 savefig(fig, f"{NB}_verify"); plt.show()
 v1 = verify[(verify.batch == 1) & (verify.nodes == n64)].set_index("strategy").seconds
 display(verify[verify.nodes == n64].pivot(index="batch", columns="strategy", values="seconds").mul(1e3).round(1))
@@ -215,6 +330,20 @@ display(Markdown(
     f"over all GDN layers: closed form {mem['closed_form'] / 2**20:.2f} MiB, materialize "
     f"{mem['materialize'] / 2**20:.2f} MiB ({mem['materialize'] / mem['closed_form']:.0f}x; both include the "
     f"pending conv inputs), replay {mem['replay'] / 2**20:.2f} MiB for one branch."))
+cf = verify[verify.strategy == "closed_form"].set_index(["batch", "nodes"]).seconds
+b_hi = max(BATCHES)
+display(Markdown(
+    f"**Reading.** At batch 1, scoring {n64} nodes with the closed form costs {cf[1, n64] / cf[1, 1]:.1f}x a one-token "
+    f"pass (the v(n) of the analytic model), so a {n64}-node tree must commit more than {cf[1, n64] / cf[1, 1]:.1f} "
+    f"tokens per pass just to match AR, before drafting is even counted. Across the batch, a one-token-per-request pass grows "
+    f"{cf[b_hi, 1] / cf[1, 1]:.1f}x from batch 1 to {b_hi} (the weights are read once for all requests), while a "
+    f"{n64}-node tree per request grows {cf[b_hi, n64] / cf[1, n64]:.1f}x: at batch {b_hi} the tree pass costs "
+    f"{cf[b_hi, n64] / cf[b_hi, 1]:.1f}x the batched one-token pass, against {cf[1, n64] / cf[1, 1]:.1f}x at batch 1. "
+    f"Closed form against a state per node: {v1['materialize'] / v1['closed_form']:.2f}x for the whole model at "
+    f"{n64} nodes, {o.speedup:.1f}x for one of its GDN layers alone"
+    + (" — smaller, because the projections, MLPs and attention cost the same under every strategy; what survives "
+       "is the recurrence's share of the pass." if v1['materialize'] / v1['closed_form'] < o.speedup else
+       " — not smaller here, so the per-node states also slow the rest of the pass (memory traffic).")))
 
 # %% [markdown]
 # ## 4 · Tuning both sides, and a batch-wide node budget from a cost model profiled at start
@@ -227,6 +356,23 @@ display(Markdown(
 # most tokens per second E / (D + V). For a batch of b requests that draft one after another and verify in one shared pass,
 # `bench_tree.choose_budget` combines the pilot's E(n), D(n) with the verify profile T_b(n) of
 # section 3 and picks the n maximising `b·E(n) / (b·D(n) + T_b(n))`.
+#
+# Why tune both sides first? A comparison of "tree vs chain" is only as fair as the weaker side's
+# configuration: a tree compared with a badly chosen chain length wins for the wrong reason. So each
+# kind gets its best shape from the same pilot, on prompts that are not used afterwards (choosing
+# and evaluating on the same prompts would favour whichever kind has more knobs to overfit).
+#
+# Reading the cost model. Per step and per request, E(n) tokens are gained, D(n) seconds go to
+# drafting (requests draft one after another) and one shared pass of T_b(n) seconds verifies all b
+# trees; the batch then produces b·E(n) tokens in b·D(n) + T_b(n) seconds. At batch 1 a larger tree
+# raises E a little and T a little; as b grows T_b(n) rises with b·n scored nodes while E(n) per
+# request stays the same, so the best n shrinks. E and D come from real drafts in the pilot, T from
+# random trees of n nodes in section 3 — the cost model is only as good as that match.
+#
+# Caveats. The pilot is short (`PILOT_PROMPTS` prompts), so its tokens-per-second figures carry
+# timing noise of several percent; configurations that draft the *same* trees are a direct measure
+# of that noise (the figure's reading below points them out). The tree shapes here spend at most
+# `top` = 4 nodes per level, so a budget above 4 × depth draws the same tree as 4 × depth.
 
 # %%
 pilot_prompts = [target.encode(r["prompt"]) for r in data.load_workload("code_stdlib", half + PILOT_PROMPTS)[half:]]
@@ -271,24 +417,48 @@ results.save(budget.assign(**meta), f"{NB}/budget")
 chosen = budget[budget.chosen].set_index("batch")
 display(chosen[["budget_per_request", "tokens_per_step", "draft_s", "verify_s", "predicted_tokens_per_s"]].round(4))
 
-fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
+# %% [markdown]
+# ### Pilot and cost model: which shape, and how many nodes per request
+# **Question.** Left: at batch 1, which draft shape — chain, EAGLE-2 tree, or chain + leaves —
+# gives the most tokens per second, and how many nodes is it worth drafting? Right: as the batch
+# grows, how large a tree can each request afford?
+#
+# **How to read it.** Left, the pilot: x = draft nodes *actually* drafted per step (mean, log
+# scale), y = measured tokens per second at batch 1, higher is better. Black dashed squares are
+# chains (one point per K); coloured circles EAGLE-2 trees of one depth (one point per budget);
+# triangles chain + leaves trees of one leaf threshold (one point per chain length K). Points of one
+# tree depth that sit on top of each other in x drafted the same trees (their budget exceeded what
+# that depth can use); their spread in y is timing noise, and a difference between configurations
+# smaller than that spread means nothing. Right, the cost model: x = tree budget per request, y =
+# predicted batch tokens per second, one line per batch size, the ring marks the budget it picks.
+# A peak moving left as the batch grows is the expected pattern: bigger batches afford smaller trees.
+
+# %%
+fig, axes = plt.subplots(1, 2, figsize=(12, 4.6))
 for i, d in enumerate(TREE_DEPTHS):
     g = pilot[(pilot.kind == "tree") & (pilot.depth == d)]
-    axes[0].plot(g.budget, g.tokens_per_s, "o-", color=f"C{i}", label=f"tree, depth {d}")
+    axes[0].plot(g.drafted_per_step, g.tokens_per_s, "o-", color=f"C{i}", label=f"tree, depth {d}")
 g = pilot[pilot.kind == "chain"]
-axes[0].plot(g.K, g.tokens_per_s, "s--", color="k", label="chain, K draft tokens")
+axes[0].plot(g.drafted_per_step, g.tokens_per_s, "s--", color="k", label="chain, K draft tokens")
 for j, v in enumerate(SPINE_VALUES):
     g = pilot[(pilot.kind == "chain + leaves") & (pilot.min_value == v)]
-    axes[0].plot(g.K, g.tokens_per_s, "^:", color=f"C{len(TREE_DEPTHS) + j}", label=f"chain K + leaves, value >= {v}")
-axes[0].set(xscale="log", xlabel="draft nodes per step", ylabel="tokens / s (pilot, batch 1)", title="Pilot: tree shapes vs chains")
-axes[0].legend(fontsize=8)
+    axes[0].plot(g.drafted_per_step, g.tokens_per_s, "^:", color=f"C{len(TREE_DEPTHS) + j}", label=f"chain K + leaves, value ≥ {v}")
+axes[0].set(xscale="log", xlabel="draft nodes per step (mean, as drafted)", ylabel="tokens / s (pilot, batch 1)",
+            title="Pilot: tree shapes vs chains")
+ticks = [t for t in (1, 2, 4, 8, 16, 32, 64) if pilot.drafted_per_step.min() / 1.5 <= t <= pilot.drafted_per_step.max() * 1.5]
+axes[0].set_xticks(ticks, [str(t) for t in ticks])
+axes[0].minorticks_off()
+axes[0].legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, frameon=False)
 for i, (b, g) in enumerate(budget.groupby("batch")):
     axes[1].plot(g.budget_per_request, g.predicted_tokens_per_s, "o-", color=f"C{i}", label=f"batch {b}")
     c = g[g.chosen].iloc[0]
     axes[1].scatter([c.budget_per_request], [c.predicted_tokens_per_s], s=150, facecolors="none", edgecolors=f"C{i}", lw=2)
 axes[1].set(xscale="log", xlabel="tree budget per request (nodes)", ylabel="predicted tokens / s (batch)",
             title=f"Cost model, depth {TREE_DEPTH_BEST}: where the budget pays")
-axes[1].legend(fontsize=8)
+bticks = sorted(budget.budget_per_request.unique())
+axes[1].set_xticks(bticks, [str(int(t)) for t in bticks])
+axes[1].minorticks_off()
+axes[1].legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=4, frameon=False)
 savefig(fig, f"{NB}_budget"); plt.show()
 BATCH_BUDGET = int(chosen.budget_per_request.get(DECODE_BATCH, chosen.budget_per_request.iloc[-1]))
 display(Markdown(
@@ -300,6 +470,31 @@ display(Markdown(
     f"choice, {int(chosen.budget_per_request.iloc[0])}, shows how far a profile of random trees is from real drafts). "
     f"Cost-model budget per request by batch size: " +
     ", ".join(f"{b}: {int(r.budget_per_request)}" for b, r in chosen.iterrows()) + "."))
+trees = pilot[pilot.kind == "tree"]
+same = trees.groupby(["depth", "drafted_per_step", "tokens_per_step"]).tokens_per_s.agg(["size", "min", "max"])
+same = same[same["size"] > 1]
+noise = ", ".join(f"depth {d}: {int(r['size'])} budgets draft the same {n:.0f} nodes, {r['min']:.1f}–{r['max']:.1f} tokens/s"
+                  for (d, n, _), r in same.iterrows())
+used = trees[(trees.depth == TREE_DEPTH_BEST) & (trees.budget == TREE_BUDGET)].drafted_per_step.iloc[0]
+chain_spread = pilot[pilot.kind == "chain"].tokens_per_s
+display(Markdown(
+    f"**Reading.** " + (f"Identical trees measured twice or more give the pilot's noise level — {noise}. "
+                       if len(same) else "No two tree budgets drafted identical trees, so the pilot gives no direct "
+                       "measure of its own noise. ") +
+    f"Across chain lengths the pilot's rate ranges {chain_spread.min():.1f}–{chain_spread.max():.1f} tokens/s; "
+    + ("differences between the best chain, tree and chain + leaves smaller than the noise above should not be read "
+       "as a ranking" if len(same) else "differences of a few percent between the best chain, tree and chain + leaves "
+       "should be treated as noise") +
+    f", and section 5 settles it on more prompts. The chosen tree (budget {TREE_BUDGET}, depth "
+    f"{TREE_DEPTH_BEST}) drafts {used:.0f} nodes per step on average"
+    + (f", fewer than its budget: the cost model's verify profile T_b({TREE_BUDGET}) prices more nodes than these "
+       f"trees hold, so it is pessimistic about large budgets. " if used < TREE_BUDGET - 0.5 else ". ")
+    + f"In the right panel the predicted rate at the chosen budget goes from "
+    f"{chosen.predicted_tokens_per_s.iloc[0]:.0f} tokens/s at batch {chosen.index[0]} to "
+    f"{chosen.predicted_tokens_per_s.iloc[-1]:.0f} at batch {chosen.index[-1]} "
+    + ("(batching raises throughput)" if chosen.predicted_tokens_per_s.iloc[-1] > chosen.predicted_tokens_per_s.iloc[0]
+       else "(batching does not raise the predicted throughput here)")
+    + "; the budget a request can afford is where its curve peaks."))
 
 # %% [markdown]
 # ## 5 · End-to-end decoding on `hybrid-target`
@@ -308,6 +503,16 @@ display(Markdown(
 # EAGLE-2 confidence-expanded (the pilot's best budget and depth) under `closed_form` and under
 # `materialize`, and chain + leaves (the pilot's best K and leaf value) under `closed_form`. Interleaved per prompt; speedup is
 # AR time over method time per prompt (median, 95% bootstrap CI). Every output must equal AR's.
+#
+# This is the test that pays for everything: drafting time, the verify pass, the commit that folds
+# the accepted path into the recurrent state, and the bookkeeping. Two comparisons carry the
+# argument. *Closed form vs materialize* uses the same drafter and the same trees, so the tokens per
+# call are identical and any difference in speed is the state strategy alone. *Tree vs chain* asks
+# whether the extra tokens a tree earns per pass are worth its larger pass; it is reported as a
+# paired ratio (chain time / tree time on the same prompt) with its own bootstrap interval, because
+# two speedups over AR with overlapping intervals can still differ reliably when paired
+# ([the statistics notes](../docs/statistics.md)). Methods run interleaved on each prompt, so a
+# slow period of the machine hits all of them alike.
 
 # %%
 def methods():
@@ -347,6 +552,12 @@ for name, g in decode.groupby("method", sort=False):
 # drafts its own tree (budget `BATCH_BUDGET` per request) and all trees are verified in one forward.
 # Throughput = new tokens of the batch / batch wall time; batched AR (one token per request per pass)
 # is the baseline, and each request's output must equal its own AR output.
+#
+# Batched AR is a much stronger baseline than AR at batch 1: one pass already serves
+# `DECODE_BATCH` requests, so the idle hardware that speculation exploits at batch 1 is partly used
+# up. Speculation at batch > 1 wins only if the verify pass over all requests' trees stays close to
+# the cost of a batched one-token pass (section 3's batch panel) while still multiplying the tokens
+# per pass. The requests also finish at different times, and a step waits for the slowest drafter.
 
 # %%
 groups = [list(range(s, s + DECODE_BATCH)) for s in range(0, len(prompts) - DECODE_BATCH + 1, DECODE_BATCH)]
@@ -392,14 +603,33 @@ results.save(summary, f"{NB}/decode")
 results.save(pd.concat([decode.assign(batch=1), batched.assign(batch=DECODE_BATCH)]).assign(**meta), f"{NB}/decode_runs")
 display(summary.drop(columns=list(meta)).round(3))
 
-fig, ax = plt.subplots(figsize=(8, 3.8))
-labels = [f"{m}\n(batch {b})" for m, b in zip(summary.method, summary.batch)]
-ax.bar(range(len(summary)), summary.speedup, yerr=[summary.speedup - summary.lo.fillna(summary.speedup),
-       summary.hi.fillna(summary.speedup) - summary.speedup], capsize=3,
-       color=[f"C{0 if b == 1 else 1}" for b in summary.batch])
-ax.axhline(1, color="k", lw=0.8)
-ax.set_xticks(range(len(summary)), labels, fontsize=7)
-ax.set(ylabel="speedup over AR (same batch)", title="End-to-end greedy decoding on hybrid-target")
+# %% [markdown]
+# ### End-to-end speedups
+# **Question.** Paying for drafting, verification and commit, does tree speculation beat the chain
+# on this hybrid model, does the state strategy matter end to end, and what is left at batch > 1?
+#
+# **How to read it.** One horizontal bar per method, grouped by batch size (blue: batch 1, orange:
+# batch `DECODE_BATCH`); the bar is the speedup over AR *at the same batch size* (batch 1: median
+# over prompts; batch > 1: median over groups of prompts), the whisker its 95% bootstrap interval and
+# the number its value. AR itself is the vertical line at 1 — bars ending left of it are slower than
+# AR. Two bars of the same batch with overlapping whiskers are not necessarily equal: the paired
+# tree/chain ratio in the text below is the sharper comparison.
+
+# %%
+bars = summary[summary.method != "AR"].reset_index(drop=True)
+fig, ax = plt.subplots(figsize=(8.5, 0.5 * len(bars) + 1.4))
+y = np.arange(len(bars))[::-1]
+lo_err = (bars.speedup - bars.lo.fillna(bars.speedup)).clip(lower=0)
+hi_err = (bars.hi.fillna(bars.speedup) - bars.speedup).clip(lower=0)
+ax.barh(y, bars.speedup, xerr=[lo_err, hi_err], capsize=3, height=0.65,
+        color=[f"C{0 if b == 1 else 1}" for b in bars.batch])
+for yi, (sp, hi) in zip(y, zip(bars.speedup, bars.hi.fillna(bars.speedup))):
+    ax.text(max(sp, hi) + 0.02, yi, f"{sp:.2f}x", va="center", fontsize=8)
+ax.axvline(1, color="k", lw=0.8)
+ax.set_yticks(y, [f"{m} (batch {b})" for m, b in zip(bars.method, bars.batch)], fontsize=9)
+ax.set_xlim(0, float(np.nanmax(bars.hi.fillna(bars.speedup))) * 1.15)
+ax.set(xlabel="speedup over AR at the same batch size (AR = 1)", title="End-to-end greedy decoding on hybrid-target")
+ax.grid(axis="y", visible=False)
 savefig(fig, f"{NB}_decode"); plt.show()
 s1 = summary[summary.batch == 1].set_index("method")
 sb = summary[summary.batch == DECODE_BATCH].set_index("method")
@@ -418,6 +648,25 @@ display(Markdown(
     f"Batch {DECODE_BATCH}: tree SD {sb.speedup['tree SD, closed_form']:.2f}x and chain SD {sb.speedup[chain]:.2f}x the "
     f"throughput of batched AR. Outputs identical to AR: {int(summary.identical.sum())}/{int(summary.of.sum())} "
     f"(AR rows compare with themselves)."))
+tree, mat, leaves = "tree SD, closed_form", "tree SD, materialize", "tree SD (chain + leaves), closed_form"
+vs = s1.vs_chain[tree], s1.vs_chain_lo[tree], s1.vs_chain_hi[tree]
+verdict_tree = ("reliably faster than" if vs[1] > 1 else "reliably slower than" if vs[2] < 1 else
+                "not distinguishable from")
+display(Markdown(
+    f"**Reading.** The EAGLE-2 tree commits {s1.tokens_per_call[tree] / s1.tokens_per_call[chain]:.2f}x the tokens per "
+    f"target call of the chain ({s1.tokens_per_call[tree]:.2f} vs {s1.tokens_per_call[chain]:.2f}) while drafting "
+    f"{s1.drafted_per_call[tree]:.0f} nodes per call against the chain's {s1.drafted_per_call[chain]:.0f}; in wall "
+    f"clock it is {verdict_tree} the chain on the same prompts (paired ratio {vs[0]:.2f}, CI {vs[1]:.2f}–{vs[2]:.2f}). "
+    f"Extra tokens per call do not translate one for one into speed: each call of the tree also costs more to "
+    f"draft and to verify. Same trees, other state strategy: materialising a state per node runs at "
+    f"{s1.speedup[mat]:.2f}x against {s1.speedup[tree]:.2f}x for the closed form, with identical tokens per call "
+    f"({s1.tokens_per_call[mat]:.2f}) — the whole difference is the cost of the per-node states, and without the "
+    f"closed form the tree would be {'slower' if s1.speedup[mat] < s1.speedup[chain] else 'no slower'} than the "
+    f"plain chain. At batch {DECODE_BATCH}: {sb.speedup[tree]:.2f}x (tree) and {sb.speedup[chain]:.2f}x (chain) the "
+    f"throughput of batched AR"
+    + (", smaller gains than at batch 1, in line with section 3: batching already uses the hardware that "
+       "speculation exploits at batch 1." if max(sb.speedup[tree], sb.speedup[chain]) < s1.speedup[tree] else
+       ", not smaller than at batch 1 here.")))
 
 # %% [markdown]
 # ## 6 · Component-aware self-speculation
@@ -428,6 +677,20 @@ display(Markdown(
 # (accepted / reached) at k = `SELF_KS` for the self-draft and the separate draft, and the held-out
 # loss (`EVAL_WINDOWS` evenly spaced windows of 256 tokens) of the full model, the ablated subgraph
 # and the separate draft.
+#
+# The appeal is obvious — no second model to train, ship or keep in memory, and the draft shares the
+# target's tokenizer and embeddings by construction. The catch is in the two quantities of
+# [the analytic model](../docs/analytic_model.md): acceptance α, which depends on how much of the
+# target's behaviour survives without its attention layers, and cost c, the price of a draft token
+# relative to a target pass. A subgraph that keeps most of the layers is expensive to run (c is far
+# from 0), so it needs a high α just to break even, whereas a separate small draft is cheap even when
+# it is often wrong. The held-out loss of the ablated model is measured because the component-aware
+# study found it predicts α: a large loss increase when attention is removed means the
+# attention layers carry much of what the model knows, and the subgraph will guess badly.
+#
+# Two acceptance measures are plotted: accepted / drafted (falls with k by construction, since later
+# tokens are reached less often) and per-token acceptance, accepted / reached (the α of the analytic
+# model, roughly flat in k if the drafter is equally good at every position).
 
 # %%
 stream = train.token_stream("heldout", target.tokenizer)
@@ -454,17 +717,33 @@ results.save(selfspec.assign(**meta), f"{NB}/selfspec")
 results.save(losses.assign(**meta), f"{NB}/ablation_loss")
 display(losses.round(3)); display(selfspec.round(3))
 
-fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
+# %% [markdown]
+# ### Self-speculation against a separate draft
+# **Question.** Is the model's own linear-attention subgraph a usable drafter for it — accepted
+# often enough, and cheap enough, to beat AR and the separate small draft?
+#
+# **How to read it.** Left: acceptance against draft length k, one colour per drafter; solid circles
+# accepted / drafted, dotted squares per-token acceptance; the two black stars are the
+# component-aware study's values at k = 2 for Falcon-H1 (high) and Qwen3.5 (low), for scale. Right:
+# speedup over AR (total time over all prompts) against k; above the black line is faster than AR.
+# A drafter whose acceptance is decent but whose speedup stays below 1 is too expensive per token;
+# one whose speedup rises with k has cheap drafts and acceptance that holds up along the chain.
+
+# %%
+fig, axes = plt.subplots(1, 2, figsize=(12, 4.4))
 for i, (name, g) in enumerate(selfspec.groupby("drafter", sort=False)):
     axes[0].plot(g.k, g.acceptance_rate, "o-", color=f"C{i}", label=f"{name}: accepted / drafted")
     axes[0].plot(g.k, g.token_acceptance, "s:", color=f"C{i}", label=f"{name}: per token")
     axes[1].plot(g.k, g.speedup, "o-", color=f"C{i}", label=name)
 axes[0].plot([2, 2], [0.68, 0.038], "k*", ms=11, label="component-aware study: Falcon-H1 / Qwen3.5 (k = 2)")
+for yv, who in [(0.68, "Falcon-H1"), (0.038, "Qwen3.5")]:
+    axes[0].annotate(who, (2, yv), xytext=(8, -3), textcoords="offset points", fontsize=8)
 axes[0].set(xlabel="draft length k", ylabel="acceptance", ylim=(0, 1), title="Self-speculation vs a separate draft")
 axes[1].axhline(1, color="k", lw=0.8)
 axes[1].set(xlabel="draft length k", ylabel="speedup over AR (total time)", title="Greedy decoding, batch 1")
 for ax in axes:
-    ax.legend(fontsize=7)
+    ax.set_xticks(SELF_KS)
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=1 if ax is axes[0] else 2, frameon=False)
 savefig(fig, f"{NB}_selfspec"); plt.show()
 s2 = selfspec.set_index(["drafter", "k"])
 k2 = 2 if 2 in SELF_KS else SELF_KS[-1]
@@ -476,3 +755,47 @@ display(Markdown(
     f"{np.exp(lf.iloc[0]):.1f} -> {np.exp(lf.iloc[1]):.1f}). Best self-speculation speedup "
     f"{selfspec[selfspec.drafter.str.startswith('self')].speedup.max():.2f}x; best with the separate draft "
     f"{selfspec[~selfspec.drafter.str.startswith('self')].speedup.max():.2f}x."))
+ms_self = s2.draft_ms_per_token["self (linear subgraph)"].median()
+ms_sep = s2.draft_ms_per_token[DRAFT].median()
+ta_self = s2.token_acceptance["self (linear subgraph)"].median()
+ta_sep = s2.token_acceptance[DRAFT].median()
+ar_ms = 1e3 * ar_secs / decode[decode.method == "AR"].new_tokens.sum()
+a_self2 = s2.acceptance_rate["self (linear subgraph)", k2]
+display(Markdown(
+    f"**Reading.** Per-token acceptance (median over k): self-draft {ta_self:.2f}, separate draft {ta_sep:.2f}. "
+    f"A self-drafted token costs {ms_self:.2f} ms, a separate-draft token {ms_sep:.2f} ms, against "
+    f"{ar_ms:.2f} ms per token for AR decoding with the full model — c ≈ {ms_self / ar_ms:.2f} for the self-draft "
+    f"and {ms_sep / ar_ms:.2f} for the separate one. "
+    + ("The subgraph is both less accurate and far more expensive per token, so it loses on both terms of the "
+       "analytic model; " if ta_self < ta_sep and ms_self > ms_sep else
+       "The two drafters trade accuracy against cost; ")
+    + f"removing the attention layers multiplies perplexity by {np.exp(lf.iloc[1] - lf.iloc[0]):.1f} "
+    f"({np.exp(lf.iloc[0]):.1f} → {np.exp(lf.iloc[1]):.1f}), and the subgraph's acceptance rate at k = {k2}, "
+    f"{a_self2:.2f}, lies closer to the component-aware study's "
+    f"{'Falcon-H1 (0.68)' if abs(a_self2 - 0.68) < abs(a_self2 - 0.038) else 'Qwen3.5 (0.038)'} value. "
+    + ("Acceptance alone does not decide it, though: with c this far from 0 the subgraph stays slower than AR "
+       "at every k, and self-speculation would need a subgraph that is much cheaper than the model (fewer layers "
+       "kept) while staying close to it in loss." if selfspec[selfspec.drafter.str.startswith('self')].speedup.max() < 1
+       else "At its best k the self-draft beats AR; whether it beats the separate draft is in the right panel.")))
+
+# %% [markdown]
+# ## What to take away
+#
+# * **Exactness first.** Every strategy gives the same logits, and every decoded output above is
+#   compared with AR token for token; a tree on a recurrent model is not an approximation.
+# * **The closed form changes what a tree costs on a recurrent layer**: memory held until commit
+#   drops by the analytic factor K·V/(K+V+1) (and twice that with bf16 factors), and verification
+#   time no longer pays for writing a full state per node. The memory gap grows with K·V by
+#   construction, so it is far larger at a real Qwen3.5 layer shape than at ours; section 2 shows
+#   how far the time gap follows.
+# * **Whether a tree then beats a chain is a separate, empirical question**: it depends on how many
+#   more tokens per pass the tree earns on this draft/target pair against its larger verify pass,
+#   and on the batch size. Read the paired tree/chain ratio in section 5, not the two speedups apart.
+# * **Batch size moves the optimum.** The cost model's node budget per request shrinks as the batch
+#   grows, and batched AR is a strong baseline.
+#
+# Caveats: small models on a CPU (kernel launch and Python overheads weigh more than on an
+# accelerator, and the dense layers are cheap), one seed, greedy decoding, a short pilot whose choices
+# carry timing noise, random trees in the latency profile rather than the drafter's real trees, and
+# the tree drafter's per-level width cap (`top` nodes per level) that makes budgets above
+# `top` × depth equivalent.

@@ -14,7 +14,7 @@ from collections import deque
 
 import torch
 
-from ..lm import LM
+from ..protocols import LM
 from ..sampling import Sampling
 from ..tree import Tree
 

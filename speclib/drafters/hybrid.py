@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from ..lm import LM
+from ..protocols import LM
 from ..sampling import Sampling
 from ..tree import Tree
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from ..lm import LM
+from ..protocols import LM
 from ..sampling import Sampling, probs, sample
 from ..tree import Tree
 
@@ -60,7 +60,8 @@ class SelfDrafter(ModelDrafter):
     and keeps its own recurrent states; only hybrid LMs (`models.hybrid.HybridLM`) have such a subgraph."""
 
     def __init__(self, target: LM, k: int = 4, sampling: Sampling | None = None):
-        if not callable(getattr(target, "view", None)) or not hasattr(target, "skip_attention"):
+        from ..models.hybrid import HybridLM
+        if not isinstance(target, HybridLM):
             raise TypeError(f"SelfDrafter needs a hybrid LM (speclib.models.hybrid.HybridLM), got "
                             f"{type(target).__name__}: an attention-only model has no linear subgraph")
         super().__init__(target.view(skip_attention=True), k, sampling)

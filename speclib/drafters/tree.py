@@ -42,7 +42,7 @@ import math
 
 import torch
 
-from ..lm import LM
+from ..protocols import LM
 from ..sampling import Sampling, probs, sample
 from ..tree import Tree
 from .model import ModelDrafter

@@ -9,7 +9,7 @@ token mixing is ours: attention with a tree mask over a KV cache, and the gated 
     GDN layer         S [1, H, K, V] fp32 committed state; tail [1, W-1, D] last W-1 committed conv inputs;
                       x [1, P, D] conv inputs of the P pending nodes; plus, per strategy,
       "closed_form"   per-node factors k [1, P, H, K], u [1, P, H, V], G [1, P, H] (G relative to S):
-                      extend runs tree_gdn over the new nodes, commit folds the accepted path (REFERENCE E)
+                      extend runs tree_gdn over the new nodes, commit folds the accepted path (docs/gdn_tree.md)
       "materialize"   one full state [H, K, V] per pending node, branch by branch (prior art, SGLang-style)
       "replay"        chains only: the pending nodes' (q, k, v, g, beta) and the state after the last one;
                       commit re-runs the accepted tokens from the committed snapshot S
@@ -24,8 +24,8 @@ import torch
 import torch.nn.functional as F
 
 from ..kernels.tree_gdn import Factors, fold, recurrent_gated_delta_rule, tree_conv1d, tree_gdn
-from ..lm import LM
-from ..tree import check_parents
+from ..lm import BaseLM
+from ..tree import check_parents, path_to
 
 STRATEGIES = ("closed_form", "materialize", "replay")
 CHUNK = 64          # chain length per tree_gdn call in prefill / replay: bounds the [C, C] closed-form work
@@ -76,14 +76,6 @@ def _chain(q, k, v, g, beta, S):
     return torch.cat(outs, 1), S
 
 
-def _path_to(parents: list[int], node: int) -> list[int]:
-    path = []
-    while node >= 0:
-        path.append(node)
-        node = parents[node]
-    return path[::-1]
-
-
 def _cat(a, b, dim=1):
     return b if a is None else torch.cat([a, b], dim)
 
@@ -115,7 +107,7 @@ class _Request:
     prefill: bool
 
 
-class HybridLM(LM):
+class HybridLM(BaseLM):
     """A Qwen3.5 text model (``Qwen3_5ForCausalLM``) as an LM with tree speculation on its GDN layers.
 
     strategy: "closed_form" (trees; per-node factors, fold on commit), "materialize" (trees; a full
@@ -151,6 +143,11 @@ class HybridLM(LM):
     def vocab_size(self) -> int:
         return self.config.vocab_size
 
+    @staticmethod
+    def extend_batch(lms: list["HybridLM"], tokens: list, parents: list) -> list[torch.Tensor]:
+        """Batched-extend capability (speclib.protocols.BatchedLM): `extend_batch` below."""
+        return extend_batch(lms, tokens, parents)
+
     def view(self, strategy: str | None = None, skip_attention: bool | None = None) -> "HybridLM":
         """Another HybridLM over the same weights with its own decoding state (one per request in a batch,
         or the linear-only self-draft)."""
@@ -162,7 +159,6 @@ class HybridLM(LM):
     def reset(self, prompt_ids) -> torch.Tensor:
         """Prefill a chain from the zero state. prompt_ids: [N] ints. Returns logits [V] (fp32) at the last one."""
         ids = self._prompt_ids(prompt_ids)
-        self._check_tokens(ids)
         N, dt, dev = ids.numel(), next(self.model.parameters()).dtype, self.device
         self._start(N)
         self.kv, self.gdn = {}, {}
@@ -198,7 +194,6 @@ class HybridLM(LM):
                              f"parents {parents} after pending {self.pending_parents}; use strategy='closed_form' "
                              f"(or 'materialize') for trees")
         ids = torch.tensor(tokens, dtype=torch.long, device=self.device)
-        self._check_tokens(ids)
         depths = self._add_pending(parents)
         pos = torch.tensor(depths, device=self.device) + self.n_committed
         all_parents = torch.tensor(self.pending_parents, device=self.device)
@@ -231,11 +226,6 @@ class HybridLM(LM):
         self._start(n + m)
 
     # --- internals -----------------------------------------------------------------------------
-    def _check_tokens(self, ids: torch.Tensor) -> None:
-        if ids.numel() and not (0 <= int(ids.min()) and int(ids.max()) < self.vocab_size):
-            raise ValueError(f"token ids must lie in [0, {self.vocab_size}), got min {int(ids.min())} "
-                             f"max {int(ids.max())}")
-
     def _closed_form(self, st, q, k, v, g, beta, old):
         """tree_gdn over the N new nodes; returns o [1, N, H, V] and appends their factors to st.
 
@@ -260,7 +250,7 @@ class HybridLM(LM):
             if a < 0:
                 S_a, G_a = st.S, torch.zeros_like(g[:, 0])
             else:
-                S_a = fold(Factors(st.k, st.u, st.G, torch.tensor([par[:old]])), _path_to(par, a), st.S)
+                S_a = fold(Factors(st.k, st.u, st.G, torch.tensor([par[:old]])), path_to(par, a), st.S)
                 G_a = st.G[:, a]
             idx = torch.tensor(members, device=q.device)
             oo, f = tree_gdn(q[:, idx], k[:, idx], v[:, idx], g[:, idx], beta[:, idx], lpar, S_a)
