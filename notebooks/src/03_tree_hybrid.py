@@ -85,6 +85,10 @@ if SMOKE:
     SPINE_VALUES, PILOT_PROMPTS = [0.15], 2
 NB = "03_tree_hybrid"
 GREEDY = Sampling(0.0)
+TOP = 4                 # EAGLE-2 trees spend at most TOP nodes per level: at most TOP x depth nodes in all
+# the pilot's tree budgets per depth: only budgets that can change the tree (a budget of TOP x depth or more
+# draws the same full tree), the full tree included
+PILOT_BUDGETS = {d: sorted({n for n in [4] + TREE_SIZES if d <= n < TOP * d} | {TOP * d}) for d in TREE_DEPTHS}
 style()
 torch.manual_seed(SEED)
 target, draft = speclib.load(TARGET, device=DEVICE), speclib.load(DRAFT, device=DEVICE)
@@ -125,7 +129,7 @@ except Exception as e:                      # the refusal is the point of this c
     refusal = f"{type(e).__name__}: {e}"
 print("transformers assisted generation:", refusal)
 ar = generate(target, ids, 32, sampling=GREEDY)
-sd = generate(target, ids, 32, drafter=TreeDrafter(draft, budget=16, depth=TREE_DEPTH, top=4), sampling=GREEDY)
+sd = generate(target, ids, 32, drafter=TreeDrafter(draft, budget=16, depth=TREE_DEPTH, top=TOP), sampling=GREEDY)
 with torch.inference_mode():        # the stock forward (its own cache and torch fallbacks), for reference
     t0 = time.perf_counter()
     hf = target.model.generate(torch.tensor([ids], device=target.device), do_sample=False, max_new_tokens=32,
@@ -250,6 +254,9 @@ display(Markdown(
 # tree branch by branch. Medians over repeats, strategies timed round-robin. The dense parts of the
 # model cost the same under every strategy, so the whole-model ratio is smaller than the layer ratio.
 #
+# The sizes are those of section 2 plus every tree budget the pilot of section 4 tries, so that its
+# cost model can price them.
+#
 # Why time a bare verify pass? End-to-end speed mixes three things — what a pass costs, how many
 # tokens it yields, and what drafting costs. This section isolates the first: the same random tree
 # (shaped like a confidence-expanded draft, depth ≤ `TREE_DEPTH`) is scored under each strategy,
@@ -264,7 +271,8 @@ display(Markdown(
 
 # %%
 strategies = ["closed_form", "materialize", "replay"]
-sizes = sorted(set([1] + TREE_SIZES))
+# the tree sizes of section 2, and every budget the pilot of section 4 can draft (its cost model needs their T_b(n))
+sizes = sorted(set([1] + TREE_SIZES) | {n for b in PILOT_BUDGETS.values() for n in b})
 lat_rows = []
 for b in tqdm(BATCHES, desc="batch"):
     # replay re-runs the model once per branch: measured where it stays affordable (batch <= 2)
@@ -389,7 +397,7 @@ def pilot_run(make):
 pilot_rows = [dict(kind="chain", K=k, budget=k, depth=k, **pilot_run(lambda k=k: ModelDrafter(draft, k)))
               for k in tqdm(CHAIN_KS, desc="pilot chains")]
 pilot_rows += [dict(kind="tree", K=np.nan, budget=n, depth=d,
-                    **pilot_run(lambda n=n, d=d: TreeDrafter(draft, budget=n, depth=d, top=4)))
+                    **pilot_run(lambda n=n, d=d: TreeDrafter(draft, budget=n, depth=d, top=TOP)))
                for d in tqdm(TREE_DEPTHS, desc="pilot trees") for n in budgets if n >= d]
 spine = lambda k, v, d=draft: TreeDrafter(d, budget=3 * k, expand="spine", depth=k, top=3, min_value=v)
 pilot_rows += [dict(kind="chain + leaves", K=k, budget=3 * k, depth=k, min_value=v, **pilot_run(lambda k=k, v=v: spine(k, v)))
@@ -519,9 +527,9 @@ def methods():
     return {
         "AR": (target, None),
         f"chain SD (K = {K_CHAIN})": (target, ModelDrafter(draft, K_CHAIN)),
-        "tree SD, closed_form": (target, TreeDrafter(draft, budget=TREE_BUDGET, depth=TREE_DEPTH_BEST, top=4)),
+        "tree SD, closed_form": (target, TreeDrafter(draft, budget=TREE_BUDGET, depth=TREE_DEPTH_BEST, top=TOP)),
         "tree SD, materialize": (target.view(strategy="materialize"),
-                                 TreeDrafter(draft, budget=TREE_BUDGET, depth=TREE_DEPTH_BEST, top=4)),
+                                 TreeDrafter(draft, budget=TREE_BUDGET, depth=TREE_DEPTH_BEST, top=TOP)),
         "tree SD (chain + leaves), closed_form": (target, spine(K_SPINE, SPINE_VALUE)),
     }
 
@@ -568,7 +576,7 @@ for gi, idx in enumerate(tqdm(groups, desc="batches")):
     runs = {
         "AR": None,
         f"chain SD (K = {K_CHAIN})": [ModelDrafter(d, K_CHAIN) for d in batch_drafts],
-        "tree SD, closed_form": [TreeDrafter(d, budget=BATCH_BUDGET, depth=TREE_DEPTH_BEST, top=4) for d in batch_drafts],
+        "tree SD, closed_form": [TreeDrafter(d, budget=BATCH_BUDGET, depth=TREE_DEPTH_BEST, top=TOP) for d in batch_drafts],
     }
     ar_tokens = None
     for name, drafters in runs.items():

@@ -49,7 +49,7 @@
 # %%
 SMOKE = False           # True: tiny sizes, the whole notebook in under ~2 minutes on 2 CPU cores
 SEED = 0
-DEVICE = "auto"         # torch backends: auto = cuda, then mps, then cpu
+DEVICE = "auto"         # torch backends; auto: cuda, then mps, then cpu
 TARGET = "code-target"
 DRAFT = "code-draft"
 BACKENDS = ["torch", "torch-bf16", "torch-int8", "torch-compile", "onnx", "onnx-int8",
@@ -195,6 +195,7 @@ for i, pre in enumerate(PREFIXES):
                     ls="--" if b.startswith("serial") else "-")
         ax.plot(NS, NS, color="grey", lw=0.8, ls=":", label="T(n) = n·T(1)")
         ax.set_ylim(0.8, min(N_MAX, 8) + 0.2)
+        ax.xaxis.set_major_locator(plt.MaxNLocator(integer=True))
         ax.set(title=f"{role} ({TARGET if role == 'target' else DRAFT}), prefix {pre}", ylabel="T(n) / T(1)",
                xlabel="tokens per pass n" if i == len(PREFIXES) - 1 else "")
 axes[0, 1].legend(fontsize=7, ncol=2)
@@ -251,7 +252,8 @@ display(Markdown(
     f"The largest logit difference between the wide pass and the one-token passes ranges from "
     f"{wd.max_abs_diff.min():.2g} ({wd.max_abs_diff.idxmin()}) to {wd.max_abs_diff.max():.2g} "
     f"({wd.max_abs_diff.idxmax()}); the greedy token differs at "
-    + (", ".join(f"{r.argmax_differs:.0%} of the 8 positions on {r.Index}" for r in wd[wd.argmax_differs > 0].itertuples())
+    + (", ".join(f"{r.argmax_differs * len(toks):.0f} of the {len(toks)} positions on {r.Index}"
+                 for r in wd[wd.argmax_differs > 0].itertuples())
        if (wd.argmax_differs > 0).any() else "no position on any backend") + "."))
 
 # %% [markdown]
@@ -317,7 +319,7 @@ for tb, db in tqdm(CONFIGS, desc="configurations"):
         r = bench.paired_runs(ps, methods, rounds=rounds, progress=tqdm)
         frames.append(r.assign(config=cfg, target_backend=tb, draft_backend=db, split=split))
 runs, profile = pd.concat(frames, ignore_index=True), pd.DataFrame(prof_rows)
-runs["K"] = runs.method.str.extract(r"K=(\d+)", expand=False).fillna(0).astype(int)
+runs["K"] = runs.method.str.extract(r"K=(\d+)", expand=False).fillna("0").astype(int)
 results.save(runs.assign(**meta), f"{NB}/runs")
 
 
@@ -367,7 +369,8 @@ display(best[["config", "K", "speedup", "lo", "hi", "total_ratio", "spread_lo", 
 # %%
 cols = min(3, len(cfgs))
 nrows = -(-len(cfgs) // cols)
-fig, axes = plt.subplots(nrows, cols, figsize=(4.2 * cols, 3.1 * nrows + 0.6), squeeze=False, sharex=True)
+height = 3.1 * nrows + 0.7          # 0.7 inch under the panels for the shared legend
+fig, axes = plt.subplots(nrows, cols, figsize=(4.4 * cols, height), squeeze=False, sharex=True)
 for ax, cfg in zip(axes.flat, cfgs):
     g = report[report.config == cfg]
     if ROUNDS > 1:
@@ -378,17 +381,17 @@ for ax, cfg in zip(axes.flat, cfgs):
     ax.plot(g.K, g.predicted_loop, marker="^", ms=3, ls="-.", color="C2", label="analytic, in-loop c, v(K)")
     ax.plot(g.K, g.predicted_v1, ls=":", color="grey", label="analytic, bare-pass c, v = 1")
     b = g[g.chosen].iloc[0]
-    ax.scatter([b.K], [b.speedup], s=150, facecolors="none", edgecolors="C3", lw=1.8, zorder=3,
+    ax.scatter([b.K], [b.speedup], s=150, facecolors="none", edgecolors="red", lw=1.8, zorder=3,
                label="K chosen on the pilot prompts")
     ax.axhline(1, color="black", lw=0.7)
-    ax.set_title(cfg, fontsize=9)
+    ax.set_title(cfg, fontsize=10)
     ax.set(xlabel="draft length K", ylabel="speedup over AR")
     ax.set_xticks(KS)
 for ax in list(axes.flat)[len(cfgs):]:
     ax.axis("off")
 handles, labels = axes.flat[0].get_legend_handles_labels()
-fig.legend(handles, labels, loc="lower center", ncol=3, fontsize=8, frameon=False)
-fig.tight_layout(rect=(0, 0.9 / (3.1 * nrows + 0.6) + 0.02, 1, 1))
+fig.legend(handles, labels, loc="lower center", ncol=3, fontsize=9, frameon=False)
+fig.tight_layout(rect=(0, 0.7 / height, 1, 1))
 savefig(fig, f"{NB}_predicted_vs_measured"); plt.show()
 
 # %%
@@ -407,9 +410,9 @@ display(Markdown(
     f"**{top.speedup:.2f}x** at K = {int(top.K)} (95% CI {top.lo:.2f}–{top.hi:.2f}; total-time ratio "
     f"{top.total_ratio:.2f}x{spread}); the analytic model predicts {top.predicted:.2f}x from the bare passes "
     f"(α = {top.alpha:.2f}, c = {top.c:.3f}, v = {top.v:.2f}) and {top.predicted_loop:.2f}x from the in-loop costs "
-    f"(c = {top.c_loop:.3f}, v = {top.v_loop:.2f}). {int((best.speedup < 1).sum())} of {len(best)} configurations "
-    f"decelerate at their chosen K ({int((best.hi < 1).sum())} with the whole interval below 1), and "
-    f"{int(slow_all.sum())} decelerate at every K: {', '.join(slow_all[slow_all].index) or 'none'}. "
+    f"(c = {top.c_loop:.3f}, v = {top.v_loop:.2f}). Decelerating at the chosen K: {int((best.speedup < 1).sum())} of "
+    f"{len(best)} configurations ({int((best.hi < 1).sum())} with the whole interval below 1); at every K: "
+    f"{int(slow_all.sum())} ({', '.join(slow_all[slow_all].index) or 'none'}). "
     f"Across all {len(report)} reported (configuration, K) points the analytic model is within {err.median():.0%} of "
     f"the measured speedup at the median ({err.quantile(0.9):.0%} at the 90th percentile) with the bare-pass costs, "
     f"and within {err_loop.median():.0%} ({err_loop.quantile(0.9):.0%}) with the in-loop costs; the v = 1 curve "
@@ -578,12 +581,16 @@ for b, g in tv.groupby("backend", sort=False):
     for a in (0.5, 0.7, 0.9):          # the largest c at which speculation still wins, per α
         col = best_s[:, np.argmin(np.abs(alphas - a))]
         be_rows.append(dict(backend=b, alpha=a, max_c=float(cs[col > 1].max()) if (col > 1).any() else 0.0))
-for r in best.itertuples():
-    ax.scatter(r.alpha, r.c, color=colors.get(r.target_backend, "k"), edgecolor="black", zorder=3,
-               marker="o" if r.speedup >= 1 else "X", s=60)
+label_y = []                         # label heights (log10 c), at least 0.07 apart so they stay legible
+for r in best.sort_values("c").itertuples():
+    ax.scatter(r.alpha, r.c, color=colors.get(r.target_backend, "k"), edgecolor="black", s=60,
+               marker="o" if r.speedup >= 1 else "X", zorder=3 if r.speedup >= 1 else 4)   # a loss stays visible
+    label_y.append(max(np.log10(r.c), label_y[-1] + 0.07) if label_y else np.log10(r.c))
+    ax.annotate(r.config, (r.alpha, r.c), xytext=(r.alpha - 0.03, 10 ** label_y[-1]), ha="right", va="center",
+                fontsize=7, arrowprops=dict(arrowstyle="-", color="grey", lw=0.6))
 ax.set(xscale="linear", yscale="log", xlabel="per-token acceptance α", ylabel="cost ratio c = T_draft(1) / T_target(1)",
        title="speculation wins below each curve (o = measured win, x = measured loss)")
-ax.legend(fontsize=7, ncol=2, loc="upper left")
+ax.legend(fontsize=8, ncol=2, loc="upper left")
 savefig(fig, f"{NB}_break_even"); plt.show()
 breakeven = pd.DataFrame(be_rows)
 results.save(breakeven.assign(**meta), f"{NB}/break_even")
@@ -609,8 +616,12 @@ display(Markdown(
     + (f"needs c < {tol.iloc[0]:.3f}. " if tol.iloc[0] > 0 else "cannot win at any c on the map. ")
     + (f"No acceptance up to {alphas.max():.2f} makes speculation pay on {', '.join(never)}: its verify pass grows "
        f"too fast with K. " if never else "")
-    + f"The configurations' measured acceptance spans α = {best.alpha.min():.2f}–{best.alpha.max():.2f}, so the "
-    f"runtimes differ far more in where their curve lies than the pairs differ in α. The map puts "
+    + "Every configuration runs the same model pair, "
+    + (f"and its measured acceptance is α = {best.alpha.iloc[0]:.3f} in every one"
+       if best.alpha.max() - best.alpha.min() < 5e-4 else
+       f"and its measured acceptance spans only α = {best.alpha.min():.3f}–{best.alpha.max():.3f} (a runtime's "
+       f"rounding can flip a near-tie and change a few tokens)")
+    + ": on this map the configurations differ in c and in where their target's curve lies, not in α. The map puts "
     f"{len(verdict) - len(wrong)} of {len(verdict)} configurations on the side of their curve where they were measured"
     + (": it disagrees on " + "; ".join(
         f"{r.config} (map {r.map_speedup:.2f}x at its best K, measured {r.speedup:.2f}x at K = {int(r.K)})"
