@@ -43,6 +43,12 @@ def _rows_01() -> list[tuple[str, str, str]]:
     return [(m, v, f"`data/results/01_baseline/{f}`") for m, v, f in rows]
 
 
+def _total(r, col: str = "total_ratio") -> str:
+    """"; total-time ratio 1.23x" when the row has that column (results saved before it existed lack it)."""
+    v = r.get(col, np.nan) if hasattr(r, "get") else getattr(r, col, np.nan)
+    return f"; total-time ratio {v:.2f}x" if v == v else ""
+
+
 def _rows_03() -> list[tuple[str, str, str]]:
     nb = "03_tree_hybrid"
     layer, verify, dec = results.load(f"{nb}/layer"), results.load(f"{nb}/verify"), results.load(f"{nb}/decode")
@@ -58,12 +64,13 @@ def _rows_03() -> list[tuple[str, str, str]]:
     rows.append((f"hybrid-target verify pass, {n}-node tree, batch 1",
                  f"closed form {v['closed_form'] * 1e3:.0f} ms; materialize {v['materialize'] / v['closed_form']:.2f}x "
                  f"slower, branch-by-branch replay {v['replay'] / v['closed_form']:.1f}x slower", "verify.parquet"))
-    for r in dec[dec.method != "AR"].itertuples():
+    for _, r in dec[dec.method != "AR"].iterrows():
         rows.append((f"greedy decoding on hybrid-target, {r.method}, batch {r.batch}",
-                     f"**{r.speedup:.2f}x** over AR" + (f" (95% CI {r.lo:.2f}–{r.hi:.2f})" if r.lo == r.lo else "")
+                     f"**{r.speedup:.2f}x** over AR" + (f" (95% CI {r.lo:.2f}–{r.hi:.2f}{_total(r)})" if r.lo == r.lo else "")
                      + f", {r.tokens_per_call:.2f} tokens/call; identical to AR {r.identical} / {r.of}"
-                     + (f"; {r.vs_chain:.2f}x chain SD's speed (paired, CI {r.vs_chain_lo:.2f}–{r.vs_chain_hi:.2f})"
-                        if not np.isnan(getattr(r, "vs_chain", np.nan)) else ""), "decode.parquet"))
+                     + (f"; {r.vs_chain:.2f}x chain SD's speed (paired, CI {r.vs_chain_lo:.2f}–{r.vs_chain_hi:.2f}"
+                        f"{_total(r, 'vs_chain_total')})" if not np.isnan(r.get("vs_chain", np.nan)) else ""),
+                     "decode.parquet"))
     k2 = sel[sel.k == (2 if 2 in set(sel.k) else sel.k.max())]
     s_self = k2[k2.drafter.str.startswith("self")].iloc[0]
     s_sep = k2[~k2.drafter.str.startswith("self")].iloc[0]
@@ -87,11 +94,15 @@ def _rows_02() -> list[tuple[str, str, str]]:
         r = pooled.loc[pol]
         paired = (f"; {r.vs_best_single:.2f}x {r.best_single} paired per prompt (CI {r.vs_lo:.2f}–{r.vs_hi:.2f})"
                   if "vs_best_single" in r and pol != r.best_single else "")
-        rows.append((f"agentic workloads pooled, {pol}", f"**{r.speedup:.2f}x** over AR (95% CI {r.lo:.2f}–{r.hi:.2f}){paired}",
+        hvd = (f"; HVD {r.hvd_over:.2f}x its speed paired per prompt (CI {r.hvd_over_lo:.2f}–{r.hvd_over_hi:.2f})"
+               if r.get("hvd_over", np.nan) == r.get("hvd_over", np.nan) else "")
+        rows.append((f"agentic workloads pooled, {pol}",
+                     f"**{r.speedup:.2f}x** over AR (95% CI {r.lo:.2f}–{r.hi:.2f}{_total(r)}){paired}{hvd}",
                      "agentic_pooled.parquet"))
     for w, g in speed[speed.policy == "HVD (ours)"].groupby("workload", sort=False):
         r = g.iloc[0]
-        rows.append((f"{w}, HVD (ours)", f"{r.speedup:.2f}x over AR, {r.tokens_per_call:.2f} tokens/call, cache chosen at "
+        rows.append((f"{w}, HVD (ours)", f"{r.speedup:.2f}x over AR (95% CI {r.lo:.2f}–{r.hi:.2f}{_total(r)}), "
+                     f"{r.tokens_per_call:.2f} tokens/call, cache chosen at "
                      f"{r.cache_share:.0%} of steps; identical to AR {r.identical} / {r.of}", "speedup.parquet"))
     p = pred.set_index("estimator")
     rows.append(("payoff predictor on unseen prompts", f"Spearman {p.spearman.iloc[0]:.2f}, MAE {p.mae.iloc[0]:.2f} tokens "
@@ -105,7 +116,8 @@ def _rows_04() -> list[tuple[str, str, str]]:
     m, dis = results.load(f"{nb}/methods").set_index("method"), results.load(f"{nb}/disagreements")
     rows = []
     for name, r in m.iterrows():
-        speed = f"; **{r.speedup:.2f}x** target AR in wall clock" if r.speedup == r.speedup else ""
+        speed = (f"; **{r.speedup:.2f}x** target AR in wall clock" + (f" (95% CI {r.speed_lo:.2f}–{r.speed_hi:.2f}"
+                 f"{_total(r)})" if name != "target AR" else "") if r.speedup == r.speedup else "")
         calls = f", {r.calls_per_token:.3f} target calls/token" if r.calls_per_token == r.calls_per_token else ""
         diff = "" if name == "target AR" else f", {100 * r.diff_vs_target:+.1f} points vs target AR (CI {100 * r.diff_lo:+.1f} to {100 * r.diff_hi:+.1f})"
         rows.append((f"arithmetic test split, {name}", f"accuracy **{r.accuracy:.1%}** (95% CI {r.lo:.1%}–{r.hi:.1%}){diff}{speed}{calls}",

@@ -87,13 +87,42 @@ def test_03_tree_hybrid_smoke(out):
     assert np.allclose(verify.over_one_token, verify.seconds / verify.batch.map(one))
     held = verify.groupby("strategy").state_bytes_at_n64.first()
     assert held["closed_form"] < held["materialize"]
+    pilot = pd.read_parquet(res / "pilot.parquet")
+    assert set(pilot.kind) == {"chain", "tree", "chain + leaves"} and pilot.groupby("kind").chosen.sum().eq(1).all()
+    assert pilot[pilot.chosen].duplicate_of.isna().all()         # never chosen among identical configurations
+    trees = pilot[pilot.kind == "tree"]
+    assert (trees.budget <= 4 * trees.depth).all()                # no budget beyond the full tree (4 nodes per level)
+    assert trees.groupby("depth").budget.max().eq(4 * trees.groupby("depth").depth.first()).all()
+    assert (trees.drafted_per_step <= trees.budget + 1e-9).all() and ci_contains(pilot.speedup, pilot.lo, pilot.hi)
+    assert (pilot.set_index("method").loc[pilot.duplicate_of.dropna()].duplicate_of.isna()).all()   # twins point at an original
+    pilot_runs = pd.read_parquet(res / "pilot_runs.parquet")
+    assert set(pilot_runs.method) == set(pilot.method) | {"AR"}
+    sp = pilot_runs.pivot_table(index="prompt", columns="method", values="tokens_per_s")
+    assert np.allclose(pilot.set_index("method").speedup, (sp[pilot.method].div(sp["AR"], axis=0)).median())
     budget = pd.read_parquet(res / "budget.parquet")
     assert budget.groupby("batch").chosen.sum().eq(1).all()
+    assert set(budget.budget_per_request) <= set(trees[trees.depth == budget.depth.iloc[0]].budget)
     decode = pd.read_parquet(res / "decode.parquet")
     assert (decode.identical == decode["of"]).all()      # every SD output equals AR, batch 1 and batch > 1
     assert set(decode.batch) == {1, 2}
+    d1 = decode[decode.batch == 1].set_index("method")
+    assert ci_contains(d1.speedup, d1.lo, d1.hi)
+    # batch 1: each speedup, and each tree's paired ratio to the chain, recomputed from the saved runs
+    runs = pd.read_parquet(res / "decode_runs.parquet")
+    sp = runs[runs.batch == 1].pivot_table(index="prompt", columns="method", values="tokens_per_s")
+    assert set(sp.columns) == set(d1.index) and (d1["of"] == len(sp)).all()
+    for m in d1.index.drop("AR"):
+        assert np.isclose(d1.speedup[m], (sp[m] / sp["AR"]).median())
+    chain = next(m for m in d1.index if m.startswith("chain SD"))
+    trees_1 = [m for m in d1.index if m.startswith("tree")]
+    assert len(trees_1) == 3 and d1.vs_chain.drop(trees_1).isna().all()
+    for m in trees_1:
+        assert np.isclose(d1.vs_chain[m], (sp[m] / sp[chain]).median())
     self_spec = pd.read_parquet(res / "selfspec.parquet")
-    assert self_spec.acceptance_rate.between(0, 1).all()
+    assert self_spec.acceptance_rate.between(0, 1).all() and self_spec.token_acceptance.between(0, 1).all()
+    assert ci_contains(self_spec.speedup, self_spec.lo, self_spec.hi)
+    assert (self_spec.identical == self_spec["of"]).all()      # greedy self-speculation reproduces AR
+    assert len(self_spec) == 2 * self_spec.k.nunique()          # one row per (drafter, k)
     for name in ["layer", "verify", "budget", "decode", "selfspec"]:
         assert (out / "figures" / f"03_tree_hybrid_{name}.png").stat().st_size > 10_000
 
@@ -107,6 +136,29 @@ def test_02_cache_hybrid_smoke(out):
     assert {"model", "prompt lookup", "suffix", "ArcticInference rule", "SAM rule", "HVD (ours)",
             "oracle (hindsight)"} <= set(speed.policy)
     assert (speed.identical == speed["of"]).all()               # greedy identity for every policy
+    assert ci_contains(speed.speedup, speed.lo, speed.hi)
+    share = speed.groupby("policy").cache_share.agg(["min", "max"])
+    assert (share.loc["model"] == 0).all() and (share.loc[["prompt lookup", "suffix"]] == 1).all().all()
+    # each policy's speedup per workload, recomputed from the saved runs: the median over prompts of
+    # its tokens per second over AR's on the same prompt
+    runs = pd.read_parquet(res / "runs.parquet")
+    key = ["workload", "prompt", "round"]
+    pairs = runs[runs.method != "AR"].merge(runs[runs.method == "AR"][key + ["tokens_per_s"]], on=key,
+                                            suffixes=("", "_ar"))
+    assert len(pairs) == (runs.method != "AR").sum() == speed["of"].sum()     # every policy run has its AR run
+    want = (pairs.assign(ratio=pairs.tokens_per_s / pairs.tokens_per_s_ar)
+            .groupby(["workload", "method", "prompt"]).ratio.median().groupby(["workload", "method"]).median())
+    assert np.allclose(speed.set_index(["workload", "policy"]).speedup.loc[want.index], want)
+    pooled = pd.read_parquet(res / "agentic_pooled.parquet").set_index("policy")
+    assert ci_contains(pooled.speedup, pooled.lo, pooled.hi)
+    opp = pooled.drop(index="HVD (ours)")
+    assert pooled.hvd_over.isna()["HVD (ours)"] and ci_contains(opp.hvd_over, opp.hvd_over_lo, opp.hvd_over_hi)
+    assert pooled.best_single.iloc[0] == pooled.loc[["model", "prompt lookup", "suffix"]].speedup.idxmax()
+    agentic = runs[runs.workload.str.startswith("agentic")]
+    sp = agentic.pivot_table(index=["workload", "prompt"], columns="method", values="tokens_per_s")
+    assert (pooled["of"] == len(sp)).all() and (pooled.n_prompts == len(sp)).all()   # prompts of all agentic workloads
+    for other in opp.index:                                     # HVD over each policy, paired per prompt
+        assert np.isclose(opp.hvd_over[other], (sp["HVD (ours)"] / sp[other]).median())
     pred = pd.read_parquet(res / "predictor.parquet")
     assert pred.spearman.between(-1, 1).all()
     logs = pd.read_parquet(res / "cache_logs.parquet")
@@ -133,6 +185,18 @@ def test_04_cospec_rl_smoke(out):
     timed = m[m.speedup.notna()]
     assert {"target AR", "lossless SD", "CoSpec (RL)"} <= set(timed.index)
     assert ci_contains(timed.speedup, timed.speed_lo, timed.speed_hi)
+    # each timed speedup, recomputed from the saved runs: median over problems of the tokens-per-second
+    # ratio to target AR, and the total-time ratio beside it
+    runs = pd.read_parquet(res / "timed_runs.parquet")
+    sp = runs.pivot_table(index="prompt", columns="method", values="tokens_per_s")
+    assert set(sp.columns) == set(timed.index) and len(sp) == m.n_timed.iloc[0]
+    ar = runs[runs.method == "target AR"]
+    for name in timed.index.drop("target AR"):
+        g = runs[runs.method == name]
+        assert np.isclose(timed.speedup[name], (sp[name] / sp["target AR"]).median())
+        assert np.isclose(timed.total_ratio[name],
+                          (g.new_tokens.sum() / g.seconds.sum()) / (ar.new_tokens.sum() / ar.seconds.sum()))
+    assert runs[runs.method == "lossless SD"].same_as_reference.all()   # greedy lossless SD = target AR, real loop
     curve = pd.read_parquet(res / "rl_curve.parquet")
     assert len(curve) >= 2 and curve.accuracy.between(0, 1).all()
     for name in ["rl_curve", "pareto", "policy"]:
@@ -152,21 +216,30 @@ def test_05_backend_latency_smoke(out):
     t1 = lat[lat.n == 1].set_index(["model", "backend", "prefix"]).seconds
     assert np.allclose(lat.ratio, lat.seconds / t1.loc[pd.MultiIndex.from_frame(lat[["model", "backend", "prefix"]])].to_numpy())
     speed = pd.read_parquet(res / "speedup.parquet")
-    assert ci_contains(speed.speedup, speed.lo, speed.hi) and speed.alpha.between(0, 1).all()
+    rep = speed[speed.split == "report"]                                             # (a 1-prompt pilot has no CI)
+    assert ci_contains(rep.speedup, rep.lo, rep.hi) and speed.alpha.between(0, 1).all()
     runs = pd.read_parquet(res / "runs.parquet")
-    assert len(speed) == runs[runs.K > 0].groupby(["config", "K"]).ngroups     # one row per (configuration, K)
-    for r in speed.itertuples():                                # each ratio, recomputed from the saved runs
-        ar, sd = (runs[(runs.config == r.config) & (runs.K == k)] for k in (0, r.K))
-        assert r.of == len(sd) == len(ar)                       # every prompt's SD output compared with its AR
-        assert np.isclose(r.speedup, ar.seconds.sum() / sd.seconds.sum())
-        assert np.isclose(r.alpha, sd.accepted.sum() / max(sd.reached.sum(), 1))
+    assert set(speed.split) == {"pilot", "report"}
+    assert len(speed) == runs[runs.K > 0].groupby(["config", "split", "K"]).ngroups   # one row per (configuration, split, K)
+    assert speed.groupby(["config", "split"]).chosen.sum().eq(1).all()                # the pilot's K, marked in both splits
+    key = ["config", "split", "prompt", "round"]
+    pairs = runs[runs.K > 0].merge(runs[runs.K == 0][key + ["tokens_per_s"]], on=key, suffixes=("", "_ar"))
+    assert len(pairs) == len(runs[runs.K > 0]) == speed["of"].sum()                   # every SD run has its AR run
+    per_run = pairs.assign(ratio=pairs.tokens_per_s / pairs.tokens_per_s_ar)
+    want = per_run.groupby(["config", "split", "K", "prompt"]).ratio.median().groupby(["config", "split", "K"]).median()
+    assert np.allclose(speed.set_index(["config", "split", "K"]).speedup.loc[want.index], want)
+    for r in speed.itertuples():
+        sd = runs[(runs.config == r.config) & (runs.split == r.split) & (runs.K == r.K)]
+        assert np.isclose(r.alpha, sd.accepted.sum() / sd.reached.sum())
         assert np.isclose(r.predicted, analytic_speedup(r.alpha, r.K, r.c, r.v))
+    pilot = speed[speed.split == "pilot"]
+    chosen = pilot.loc[pilot.groupby("config").speedup.idxmax()].set_index("config").K
+    assert speed[speed.chosen].groupby("config").K.unique().map(list).equals(chosen.sort_index().map(lambda k: [k]))
     fp32 = speed[speed.target_backend.isin(["torch", "serial:torch"])]
-    assert "serial:torch" in set(fp32.target_backend)            # forced serial verification is among the configurations
-    assert (fp32.identical == fp32["of"]).all()                  # fp32 greedy SD reproduces AR, serial verification included
+    assert "serial:torch" in set(fp32.target_backend)
+    assert (fp32.identical == fp32["of"]).all()
     causes = pd.read_parquet(res / "causes.parquet")
     assert set(causes.dominant_cause) <= {"draft too slow relative to target", "verification not parallel"}
-    best = speed.loc[speed.groupby("config").speedup.idxmax()].set_index("config").K
-    assert causes.set_index("config").K.sort_index().equals(best.sort_index())   # one row per configuration, at its best K
+    assert causes.set_index("config").K.sort_index().equals(chosen.sort_index())      # one row per configuration, at the pilot's K
     for name in ["latency", "predicted_vs_measured", "break_even"]:
         assert (out / "figures" / f"05_backend_latency_{name}.png").stat().st_size > 10_000

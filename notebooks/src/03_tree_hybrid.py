@@ -356,12 +356,16 @@ display(Markdown(
 # %% [markdown]
 # ## 4 · Tuning both sides, and a batch-wide node budget from a cost model profiled at start
 # Tree and chain are each given their best shape on this machine before they are compared. A short
-# pilot (batch 1, `PILOT_PROMPTS` held-out prompts not used below) decodes with every chain length in
-# `CHAIN_KS`, every EAGLE-2 tree (budget n, depth d) and every *chain + leaves* tree (the chain of
-# length K plus sibling leaves whose path value is at least v: the draft model runs exactly as for
-# the chain, so a leaf costs only its verification), and records, per step, the tokens gained E,
-# the drafting seconds D and the verify seconds V; batch 1 uses each kind's configuration with the
-# most tokens per second E / (D + V). For a batch of b requests that draft one after another and verify in one shared pass,
+# pilot (batch 1, `PILOT_PROMPTS` held-out prompts not used below) decodes with AR, every chain
+# length in `CHAIN_KS`, every EAGLE-2 tree (budget n, depth d) and every *chain + leaves* tree (the
+# chain of length K plus sibling leaves whose path value is at least v: the draft model runs exactly
+# as for the chain, so a leaf costs only its verification); batch 1 then uses each kind's
+# configuration with the highest speedup over AR in the pilot. Speed is measured the workbook's one
+# way (`bench.paired_runs` and `bench.speedup_table`: AR and every configuration back to back per
+# prompt in alternating order, speedup = median over prompts of the per-prompt tokens-per-second
+# ratio to AR; [the statistics notes](../docs/statistics.md), notebook 01 section 4). The runs also
+# record, per step, the tokens gained E, the drafting seconds D and the verify seconds V. For a
+# batch of b requests that draft one after another and verify in one shared pass,
 # `bench_tree.choose_budget` combines the pilot's E(n), D(n) with the verify profile T_b(n) of
 # section 3 and picks the n maximising `b·E(n) / (b·D(n) + T_b(n))`.
 #
@@ -370,6 +374,17 @@ display(Markdown(
 # kind gets its best shape from the same pilot, on prompts that are not used afterwards (choosing
 # and evaluating on the same prompts would favour whichever kind has more knobs to overfit).
 #
+# Only distinct trees are chosen from. An EAGLE-2 tree's nodes per level follow from its budget and
+# depth alone (at most `TOP` = 4 per level, the remaining budget spread over the remaining levels), so
+# any budget of `TOP` × depth or more draws the same full tree: the grid stops at that full tree
+# (`PILOT_BUDGETS`). Configurations can still coincide — a 4-node tree of depth 4 is the chain of 4;
+# a chain + leaves tree that drafted no leaf is the chain itself, and two leaf thresholds at the same
+# K that drafted exactly as many leaves on every pilot prompt drew the same trees. Such a
+# configuration (column `shape`: nodes per level, or what the leaves drafted) is marked a duplicate of
+# the first one in the grid and never chosen, so the choice is not made on timing noise between
+# identical configurations; it still runs, and its distance from its twin is a direct measure of that
+# noise.
+#
 # Reading the cost model. Per step and per request, E(n) tokens are gained, D(n) seconds go to
 # drafting (requests draft one after another) and one shared pass of T_b(n) seconds verifies all b
 # trees; the batch then produces b·E(n) tokens in b·D(n) + T_b(n) seconds. At batch 1 a larger tree
@@ -377,40 +392,68 @@ display(Markdown(
 # request stays the same, so the best n shrinks. E and D come from real drafts in the pilot, T from
 # random trees of n nodes in section 3 — the cost model is only as good as that match.
 #
-# Caveats. The pilot is short (`PILOT_PROMPTS` prompts), so its tokens-per-second figures carry
-# timing noise of several percent; configurations that draft the *same* trees are a direct measure
-# of that noise (the figure's reading below points them out). The tree shapes here spend at most
-# `top` = 4 nodes per level, so a budget above 4 × depth draws the same tree as 4 × depth.
+# Caveats. The pilot is short (`PILOT_PROMPTS` prompts), so its speedups carry timing noise of
+# several percent and wide intervals; the choice is unbiased for the reported prompts because they
+# are disjoint from the pilot's, not because the pilot is precise.
 
 # %%
 pilot_prompts = [target.encode(r["prompt"]) for r in data.load_workload("code_stdlib", half + PILOT_PROMPTS)[half:]]
-budgets = [n for n in sorted(set([4] + TREE_SIZES)) if n <= 64]
-
-def pilot_run(make):
-    steps = []
-    for ids in pilot_prompts:
-        steps += generate(target, ids, MAX_NEW_TOKENS, sampling=GREEDY, drafter=make()).stats["steps"]
-    E, D, V, N = (np.mean([f(s) for s in steps]) for f in (lambda s: s["accepted"] + 1, lambda s: s["draft_s"],
-                                                         lambda s: s["verify_s"], lambda s: s["drafted"]))
-    return dict(tokens_per_step=E, draft_s=D, verify_s=V, drafted_per_step=N, tokens_per_s=E / (D + V))
-
-pilot_rows = [dict(kind="chain", K=k, budget=k, depth=k, **pilot_run(lambda k=k: ModelDrafter(draft, k)))
-              for k in tqdm(CHAIN_KS, desc="pilot chains")]
-pilot_rows += [dict(kind="tree", K=np.nan, budget=n, depth=d,
-                    **pilot_run(lambda n=n, d=d: TreeDrafter(draft, budget=n, depth=d, top=TOP)))
-               for d in tqdm(TREE_DEPTHS, desc="pilot trees") for n in budgets if n >= d]
 spine = lambda k, v, d=draft: TreeDrafter(d, budget=3 * k, expand="spine", depth=k, top=3, min_value=v)
-pilot_rows += [dict(kind="chain + leaves", K=k, budget=3 * k, depth=k, min_value=v, **pilot_run(lambda k=k, v=v: spine(k, v)))
-               for k in tqdm(CHAIN_KS, desc="pilot chain + leaves") for v in SPINE_VALUES]
-pilot = pd.DataFrame(pilot_rows)
-best_chain = pilot[pilot.kind == "chain"].loc[lambda x: x.tokens_per_s.idxmax()]
-best_tree = pilot[pilot.kind == "tree"].loc[lambda x: x.tokens_per_s.idxmax()]
-best_spine = pilot[pilot.kind == "chain + leaves"].loc[lambda x: x.tokens_per_s.idxmax()]
+
+
+def levels(n, d):
+    """Nodes per level of an EAGLE-2 tree with budget n and depth d (the width rule of speclib.drafters.tree)."""
+    out, left = [], n
+    for i in range(d):
+        if left <= 0:
+            break
+        out.append(min(TOP, left, -(-left // (d - i))))
+        left -= out[-1]
+    return tuple(out)
+
+
+configs = ([dict(method=f"chain K={k}", kind="chain", K=k, budget=k, depth=k, shape=(1,) * k,
+                 make=lambda k=k: ModelDrafter(draft, k)) for k in CHAIN_KS]
+           + [dict(method=f"tree n={n} d={d}", kind="tree", budget=n, depth=d, shape=levels(n, d),
+                   make=lambda n=n, d=d: TreeDrafter(draft, budget=n, depth=d, top=TOP))
+              for d in TREE_DEPTHS for n in PILOT_BUDGETS[d]]
+           + [dict(method=f"chain + leaves K={k} v={v}", kind="chain + leaves", K=k, budget=3 * k, depth=k, min_value=v,
+                   make=lambda k=k, v=v: spine(k, v))
+              for k in CHAIN_KS for v in SPINE_VALUES])
+pilot_methods = {"AR": lambda ids, i: generate(target, ids, MAX_NEW_TOKENS, sampling=GREEDY)}
+pilot_methods.update({c["method"]: lambda ids, i, make=c["make"]: generate(target, ids, MAX_NEW_TOKENS, drafter=make(),
+                                                                          sampling=GREEDY)
+                      for c in configs})
+pilot_runs = bench.paired_runs(pilot_prompts, pilot_methods, progress=tqdm)
+results.save(pilot_runs.assign(**meta), f"{NB}/pilot_runs")
+sums = pilot_runs.groupby("method", sort=False)[["target_calls", "accepted", "drafted", "draft_s", "verify_s",
+                                                 "new_tokens", "seconds"]].sum()
+steps = sums.target_calls
+per_step = pd.DataFrame(dict(tokens_per_step=(sums.accepted + steps) / steps, draft_s=sums.draft_s / steps,
+                             verify_s=sums.verify_s / steps, drafted_per_step=sums.drafted / steps,
+                             tokens_per_s=sums.new_tokens / sums.seconds))
+# chain + leaves trees: no leaf drafted = the chain itself; otherwise identified by the leaves drafted per prompt
+for c in (c for c in configs if c["kind"] == "chain + leaves"):
+    g = pilot_runs[pilot_runs.method == c["method"]].sort_values(["prompt", "round"])
+    no_leaves = (g.drafted == c["K"] * g.target_calls).all()
+    c["shape"] = (1,) * c["K"] if no_leaves else ("leaves", c["K"], tuple(int(x) for x in g.drafted))
+first_with = {}
+pilot = pd.DataFrame([{k: v for k, v in c.items() if k != "make"} for c in configs])
+pilot["duplicate_of"] = [first_with.setdefault(c["shape"], c["method"]) for c in configs]
+pilot["shape"] = pilot["shape"].map(str)
+pilot["duplicate_of"] = pilot.duplicate_of.where(pilot.duplicate_of != pilot.method)
+pilot = pilot.merge(bench.speedup_table(pilot_runs, seed=SEED)[["method", "speedup", "lo", "hi", "total_ratio"]],
+                    on="method").join(per_step, on="method")
+distinct = pilot.duplicate_of.isna()
+eligible = pilot[distinct | ~pilot.kind.isin(pilot.kind[distinct])]       # a kind without a distinct row keeps all
+pilot["chosen"] = pilot.index.isin(eligible.groupby("kind", sort=False).speedup.idxmax())
+best_chain, best_tree, best_spine = (pilot[pilot.chosen & (pilot.kind == k)].iloc[0] for k in ("chain", "tree", "chain + leaves"))
 K_CHAIN, TREE_BUDGET, TREE_DEPTH_BEST = int(best_chain.K), int(best_tree.budget), int(best_tree.depth)
 K_SPINE, SPINE_VALUE = int(best_spine.K), float(best_spine.min_value)
 results.save(pilot.assign(**meta), f"{NB}/pilot")
 display(pilot.round(4))
 
+# every budget at the chosen depth: within one depth each budget draws its own tree shape
 tp = pilot[(pilot.kind == "tree") & (pilot.depth == TREE_DEPTH_BEST)].set_index("budget")
 budget_rows = []
 for b in BATCHES:
@@ -419,7 +462,8 @@ for b in BATCHES:
     best_n, rate = bench_tree.choose_budget(T, b, tp.tokens_per_step.to_dict(), tp.draft_s.to_dict())
     for n, r in rate.items():
         budget_rows.append(dict(batch=b, budget_per_request=n, depth=TREE_DEPTH_BEST, tokens_per_step=tp.tokens_per_step[n],
-                                draft_s=tp.draft_s[n], verify_s=T[n], predicted_tokens_per_s=r, chosen=n == best_n))
+                                drafted_per_step=tp.drafted_per_step[n], draft_s=tp.draft_s[n], verify_s=T[n],
+                                predicted_tokens_per_s=r, chosen=n == best_n))
 budget = pd.DataFrame(budget_rows)
 results.save(budget.assign(**meta), f"{NB}/budget")
 chosen = budget[budget.chosen].set_index("batch")
@@ -428,30 +472,33 @@ display(chosen[["budget_per_request", "tokens_per_step", "draft_s", "verify_s", 
 # %% [markdown]
 # ### Pilot and cost model: which shape, and how many nodes per request
 # **Question.** Left: at batch 1, which draft shape — chain, EAGLE-2 tree, or chain + leaves —
-# gives the most tokens per second, and how many nodes is it worth drafting? Right: as the batch
+# gives the highest speedup over AR, and how many nodes is it worth drafting? Right: as the batch
 # grows, how large a tree can each request afford?
 #
 # **How to read it.** Left, the pilot: x = draft nodes *actually* drafted per step (mean, log
-# scale), y = measured tokens per second at batch 1, higher is better. Black dashed squares are
-# chains (one point per K); coloured circles EAGLE-2 trees of one depth (one point per budget);
-# triangles chain + leaves trees of one leaf threshold (one point per chain length K). Points of one
-# tree depth that sit on top of each other in x drafted the same trees (their budget exceeded what
-# that depth can use); their spread in y is timing noise, and a difference between configurations
-# smaller than that spread means nothing. Right, the cost model: x = tree budget per request, y =
-# predicted batch tokens per second, one line per batch size, the ring marks the budget it picks.
-# A peak moving left as the batch grows is the expected pattern: bigger batches afford smaller trees.
+# scale), y = speedup over AR at batch 1 (median over the pilot prompts), higher is better. Black
+# dashed squares are chains (one point per K); coloured circles EAGLE-2 trees of one depth (one point
+# per budget, up to the full tree of that depth); triangles chain + leaves trees of one leaf
+# threshold (one point per chain length K); rings mark each kind's choice. Right, the cost model: x =
+# tree budget per request, y = predicted batch tokens per second, one line per batch size, the ring
+# marks the budget it picks. A peak moving left as the batch grows is the expected pattern: bigger
+# batches afford smaller trees.
 
 # %%
 fig, axes = plt.subplots(1, 2, figsize=(12, 4.6))
 for i, d in enumerate(TREE_DEPTHS):
     g = pilot[(pilot.kind == "tree") & (pilot.depth == d)]
-    axes[0].plot(g.drafted_per_step, g.tokens_per_s, "o-", color=f"C{i}", label=f"tree, depth {d}")
+    axes[0].plot(g.drafted_per_step, g.speedup, "o-", color=f"C{i}", label=f"tree, depth {d}")
 g = pilot[pilot.kind == "chain"]
-axes[0].plot(g.drafted_per_step, g.tokens_per_s, "s--", color="k", label="chain, K draft tokens")
+axes[0].plot(g.drafted_per_step, g.speedup, "s--", color="k", label="chain, K draft tokens")
 for j, v in enumerate(SPINE_VALUES):
     g = pilot[(pilot.kind == "chain + leaves") & (pilot.min_value == v)]
-    axes[0].plot(g.drafted_per_step, g.tokens_per_s, "^:", color=f"C{len(TREE_DEPTHS) + j}", label=f"chain K + leaves, value ≥ {v}")
-axes[0].set(xscale="log", xlabel="draft nodes per step (mean, as drafted)", ylabel="tokens / s (pilot, batch 1)",
+    axes[0].plot(g.drafted_per_step, g.speedup, "^:", color=f"C{len(TREE_DEPTHS) + j}", label=f"chain K + leaves, value ≥ {v}")
+c_ = pilot[pilot.chosen]
+axes[0].scatter(c_.drafted_per_step, c_.speedup, s=180, facecolors="none", edgecolors="C3", lw=2, zorder=3,
+                label="chosen (per kind)")
+axes[0].axhline(1, color="k", lw=0.8)
+axes[0].set(xscale="log", xlabel="draft nodes per step (mean, as drafted)", ylabel="speedup over AR (pilot, batch 1)",
             title="Pilot: tree shapes vs chains")
 ticks = [t for t in (1, 2, 4, 8, 16, 32, 64) if pilot.drafted_per_step.min() / 1.5 <= t <= pilot.drafted_per_step.max() * 1.5]
 axes[0].set_xticks(ticks, [str(t) for t in ticks])
@@ -469,34 +516,32 @@ axes[1].minorticks_off()
 axes[1].legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=4, frameon=False)
 savefig(fig, f"{NB}_budget"); plt.show()
 BATCH_BUDGET = int(chosen.budget_per_request.get(DECODE_BATCH, chosen.budget_per_request.iloc[-1]))
+fmt = lambda r: f"{r.speedup:.2f}x AR in the pilot, CI {r.lo:.2f}–{r.hi:.2f}"
 display(Markdown(
-    f"Best chain: **K = {K_CHAIN}** ({best_chain.tokens_per_s:.1f} tokens/s in the pilot); best tree: **{TREE_BUDGET} nodes, "
-    f"depth {TREE_DEPTH_BEST}** ({best_tree.tokens_per_s:.1f} tokens/s, {best_tree.tokens_per_step:.2f} tokens per step); "
-    f"best chain + leaves: **K = {K_SPINE}, leaf value ≥ {SPINE_VALUE}** ({best_spine.tokens_per_s:.1f} tokens/s, "
+    f"Best chain: **K = {K_CHAIN}** ({fmt(best_chain)}); best tree: **{TREE_BUDGET} nodes, depth {TREE_DEPTH_BEST}** "
+    f"({fmt(best_tree)}; {best_tree.tokens_per_step:.2f} tokens per step, {best_tree.drafted_per_step:.1f} nodes); "
+    f"best chain + leaves: **K = {K_SPINE}, leaf value ≥ {SPINE_VALUE}** ({fmt(best_spine)}; "
     f"{best_spine.tokens_per_step:.2f} tokens per step, {best_spine.drafted_per_step:.1f} nodes). "
     f"Batch 1 decodes with the pilot's measured best; for larger batches the cost model decides (its own batch-1 "
     f"choice, {int(chosen.budget_per_request.iloc[0])}, shows how far a profile of random trees is from real drafts). "
     f"Cost-model budget per request by batch size: " +
     ", ".join(f"{b}: {int(r.budget_per_request)}" for b, r in chosen.iterrows()) + "."))
-trees = pilot[pilot.kind == "tree"]
-same = trees.groupby(["depth", "drafted_per_step", "tokens_per_step"]).tokens_per_s.agg(["size", "min", "max"])
-same = same[same["size"] > 1]
-noise = ", ".join(f"depth {d}: {int(r['size'])} budgets draft the same {n:.0f} nodes, {r['min']:.1f}–{r['max']:.1f} tokens/s"
-                  for (d, n, _), r in same.iterrows())
-used = trees[(trees.depth == TREE_DEPTH_BEST) & (trees.budget == TREE_BUDGET)].drafted_per_step.iloc[0]
-chain_spread = pilot[pilot.kind == "chain"].tokens_per_s
+dups = pilot[pilot.duplicate_of.notna()]
+noise = "; ".join(f"{r.method} draws the same trees as {r.duplicate_of}: {r.speedup:.2f}x vs "
+                  f"{pilot.set_index('method').speedup[r.duplicate_of]:.2f}x" for r in dups.itertuples())
+others = eligible[~eligible.index.isin(pilot.index[pilot.chosen])]
+close = others[others.hi >= others.kind.map(pilot[pilot.chosen].set_index("kind").speedup)]
+used = best_tree.drafted_per_step
 display(Markdown(
-    f"**Reading.** " + (f"Identical trees measured twice or more give the pilot's noise level — {noise}. "
-                       if len(same) else "No two tree budgets drafted identical trees, so the pilot gives no direct "
-                       "measure of its own noise. ") +
-    f"Across chain lengths the pilot's rate ranges {chain_spread.min():.1f}–{chain_spread.max():.1f} tokens/s; "
-    + ("differences between the best chain, tree and chain + leaves smaller than the noise above should not be read "
-       "as a ranking" if len(same) else "differences of a few percent between the best chain, tree and chain + leaves "
-       "should be treated as noise") +
-    f", and section 5 settles it on more prompts. The chosen tree (budget {TREE_BUDGET}, depth "
-    f"{TREE_DEPTH_BEST}) drafts {used:.0f} nodes per step on average"
-    + (f", fewer than its budget: the cost model's verify profile T_b({TREE_BUDGET}) prices more nodes than these "
-       f"trees hold, so it is pessimistic about large budgets. " if used < TREE_BUDGET - 0.5 else ". ")
+    f"**Reading.** " + (f"Configurations that drafted the same trees give the pilot's noise level directly — {noise}. "
+                       if len(dups) else "No two configurations drafted the same trees, so the pilot gives no direct "
+                       "measure of its own noise beyond its intervals. ") +
+    f"With {PILOT_PROMPTS} pilot prompts the intervals are wide: {len(close)} of the {len(others)} configurations not "
+    f"chosen have an upper interval end at or above the chosen speedup of their kind, so the pilot ranks the shapes "
+    f"only roughly, and section 5 settles tree against chain on {N_PROMPTS} other prompts. The chosen tree (budget "
+    f"{TREE_BUDGET}, depth {TREE_DEPTH_BEST}) drafts {used:.1f} nodes per step on average"
+    + (f", fewer than its budget, while the cost model's verify profile T_b({TREE_BUDGET}) prices a full "
+       f"{TREE_BUDGET}-node tree, so it is a little pessimistic about this budget. " if used < TREE_BUDGET - 0.5 else ". ")
     + f"In the right panel the predicted rate at the chosen budget goes from "
     f"{chosen.predicted_tokens_per_s.iloc[0]:.0f} tokens/s at batch {chosen.index[0]} to "
     f"{chosen.predicted_tokens_per_s.iloc[-1]:.0f} at batch {chosen.index[-1]} "
@@ -509,50 +554,46 @@ display(Markdown(
 # Greedy, `MAX_NEW_TOKENS` new tokens per held-out prompt: target alone (AR), chain SD with the
 # separate draft (the pilot's best K, closed-form strategy), tree SD with the same draft —
 # EAGLE-2 confidence-expanded (the pilot's best budget and depth) under `closed_form` and under
-# `materialize`, and chain + leaves (the pilot's best K and leaf value) under `closed_form`. Interleaved per prompt; speedup is
-# AR time over method time per prompt (median, 95% bootstrap CI). Every output must equal AR's.
+# `materialize`, and chain + leaves (the pilot's best K and leaf value) under `closed_form`. Speed is
+# measured the workbook's one way (`bench.paired_runs`, `bench.speedup_table`; [the statistics
+# notes](../docs/statistics.md), notebook 01 section 4): per prompt, every method back to back in
+# alternating order after a warm-up run, speedup = median over prompts of the tokens-per-second ratio
+# to AR with a 95% bootstrap interval, the total-time ratio beside it. Every output must equal AR's.
 #
 # This is the test that pays for everything: drafting time, the verify pass, the commit that folds
 # the accepted path into the recurrent state, and the bookkeeping. Two comparisons carry the
 # argument. *Closed form vs materialize* uses the same drafter and the same trees, so the tokens per
 # call are identical and any difference in speed is the state strategy alone. *Tree vs chain* asks
 # whether the extra tokens a tree earns per pass are worth its larger pass; it is reported as a
-# paired ratio (chain time / tree time on the same prompt) with its own bootstrap interval, because
-# two speedups over AR with overlapping intervals can still differ reliably when paired
-# ([the statistics notes](../docs/statistics.md)). Methods run interleaved on each prompt, so a
-# slow period of the machine hits all of them alike.
+# paired ratio — the same estimator with the chain in AR's place (`bench.speedup(runs, tree,
+# reference=chain)`: the tree's tokens per second over the chain's on the same prompt, median over
+# prompts) — because two speedups over AR with overlapping intervals can still differ reliably when
+# paired.
 
 # %%
-def methods():
-    return {
-        "AR": (target, None),
-        f"chain SD (K = {K_CHAIN})": (target, ModelDrafter(draft, K_CHAIN)),
-        "tree SD, closed_form": (target, TreeDrafter(draft, budget=TREE_BUDGET, depth=TREE_DEPTH_BEST, top=TOP)),
-        "tree SD, materialize": (target.view(strategy="materialize"),
-                                 TreeDrafter(draft, budget=TREE_BUDGET, depth=TREE_DEPTH_BEST, top=TOP)),
-        "tree SD (chain + leaves), closed_form": (target, spine(K_SPINE, SPINE_VALUE)),
-    }
-
-generate(target, prompts[0], 8, drafter=TreeDrafter(draft, budget=8, depth=3), sampling=GREEDY)   # warm-up
-dec_rows = []
-for pi, ids in enumerate(tqdm(prompts, desc="prompts")):
-    ar_tokens = None
-    for name, (lm, drafter) in methods().items():
-        g = generate(lm, ids, MAX_NEW_TOKENS, drafter=drafter, sampling=GREEDY)
-        ar_tokens = g.tokens if name == "AR" else ar_tokens
-        dec_rows.append(dict(prompt=pi, method=name, seconds=g.stats["seconds"], new_tokens=len(g.tokens),
-                             tokens_per_s=g.stats["tokens_per_s"], tokens_per_call=g.stats["tokens_per_call"],
-                             drafted_per_call=np.mean([s["drafted"] for s in g.stats["steps"]]),
-                             identical=g.tokens == ar_tokens))
-decode = pd.DataFrame(dec_rows)
-ar_t = decode[decode.method == "AR"].set_index("prompt").seconds
-summary = []
-for name, g in decode.groupby("method", sort=False):
-    g = g.set_index("prompt")
-    est, lo, hi = stats.bootstrap_ci((ar_t.loc[g.index] / g.seconds).to_numpy(), seed=SEED)
-    summary.append(dict(method=name, batch=1, speedup=est, lo=lo, hi=hi, tokens_per_s=g.tokens_per_s.median(),
-                        tokens_per_call=g.tokens_per_call.mean(), drafted_per_call=g.drafted_per_call.mean(),
-                        identical=int(g.identical.sum()), of=len(g)))
+chain = f"chain SD (K = {K_CHAIN})"
+tree, mat, leaves = "tree SD, closed_form", "tree SD, materialize", "tree SD (chain + leaves), closed_form"
+eagle = lambda: TreeDrafter(draft, budget=TREE_BUDGET, depth=TREE_DEPTH_BEST, top=TOP)
+decode_methods = {
+    "AR": lambda ids, i: generate(target, ids, MAX_NEW_TOKENS, sampling=GREEDY),
+    chain: lambda ids, i: generate(target, ids, MAX_NEW_TOKENS, drafter=ModelDrafter(draft, K_CHAIN), sampling=GREEDY),
+    tree: lambda ids, i: generate(target, ids, MAX_NEW_TOKENS, drafter=eagle(), sampling=GREEDY),
+    mat: lambda ids, i: generate(target.view(strategy="materialize"), ids, MAX_NEW_TOKENS, drafter=eagle(), sampling=GREEDY),
+    leaves: lambda ids, i: generate(target, ids, MAX_NEW_TOKENS, drafter=spine(K_SPINE, SPINE_VALUE), sampling=GREEDY),
+}
+decode = bench.paired_runs(prompts, decode_methods, progress=tqdm)
+decode["drafted_per_call"] = decode.drafted / decode.target_calls.clip(lower=1)
+per_method = decode.groupby("method", sort=False).agg(tokens_per_s=("tokens_per_s", "median"),
+                                                      drafted_per_call=("drafted_per_call", "mean"))
+ar_rows = decode[decode.method == "AR"]
+summary1 = pd.concat([
+    pd.DataFrame([dict(method="AR", speedup=1.0, lo=1.0, hi=1.0, total_ratio=1.0,
+                       tokens_per_call=ar_rows.tokens_per_call.mean(), identical=len(ar_rows), runs=len(ar_rows))]),
+    bench.speedup_table(decode, seed=SEED)], ignore_index=True).join(per_method, on="method")
+vs_chain = {m: bench.speedup(decode, m, reference=chain, seed=SEED) for m in (tree, mat, leaves)}   # paired per prompt
+for col, key in [("vs_chain", "speedup"), ("vs_chain_lo", "lo"), ("vs_chain_hi", "hi"), ("vs_chain_total", "total_ratio")]:
+    summary1[col] = summary1.method.map({m: v[key] for m, v in vs_chain.items()})
+summary1 = summary1.rename(columns={"runs": "of"}).assign(batch=1)
 
 # %% [markdown]
 # ### Batch > 1
@@ -560,6 +601,12 @@ for name, g in decode.groupby("method", sort=False):
 # drafts its own tree (budget `BATCH_BUDGET` per request) and all trees are verified in one forward.
 # Throughput = new tokens of the batch / batch wall time; batched AR (one token per request per pass)
 # is the baseline, and each request's output must equal its own AR output.
+#
+# A batch is not a single request's run, so the batch rows use their own estimator, not
+# `bench.paired_runs`: per group of `DECODE_BATCH` prompts, the three methods run back to back in a
+# fixed order (AR first) without a separate warm-up; the speedup is the median over groups of the
+# method's batch throughput over batched AR's, with a bootstrap interval over groups (wide: there
+# are only `N_PROMPTS` / `DECODE_BATCH` groups), and the total-time ratio beside it.
 #
 # Batched AR is a much stronger baseline than AR at batch 1: one pass already serves
 # `DECODE_BATCH` requests, so the idle hardware that speculation exploits at batch 1 is partly used
@@ -575,8 +622,8 @@ for gi, idx in enumerate(tqdm(groups, desc="batches")):
     ps = [prompts[i] for i in idx]
     runs = {
         "AR": None,
-        f"chain SD (K = {K_CHAIN})": [ModelDrafter(d, K_CHAIN) for d in batch_drafts],
-        "tree SD, closed_form": [TreeDrafter(d, budget=BATCH_BUDGET, depth=TREE_DEPTH_BEST, top=TOP) for d in batch_drafts],
+        chain: [ModelDrafter(d, K_CHAIN) for d in batch_drafts],
+        tree: [TreeDrafter(d, budget=BATCH_BUDGET, depth=TREE_DEPTH_BEST, top=TOP) for d in batch_drafts],
     }
     ar_tokens = None
     for name, drafters in runs.items():
@@ -590,26 +637,22 @@ for gi, idx in enumerate(tqdm(groups, desc="batches")):
                                identical=sum(a == b for a, b in zip(toks, ar_tokens)), of=len(ps)))
 batched = pd.DataFrame(batch_rows)
 batched["tokens_per_s"] = batched.new_tokens / batched.seconds
-ar_b = batched[batched.method == "AR"].set_index("group").tokens_per_s
+ar_b = batched[batched.method == "AR"].set_index("group")
+summary_b = []
 for name, g in batched.groupby("method", sort=False):
     g = g.set_index("group")
-    ratio = (g.tokens_per_s / ar_b.loc[g.index]).to_numpy()
+    ratio = (g.tokens_per_s / ar_b.tokens_per_s.loc[g.index]).to_numpy()
     est, lo, hi = stats.bootstrap_ci(ratio, seed=SEED) if len(ratio) > 1 else (ratio[0], np.nan, np.nan)
-    summary.append(dict(method=name, batch=DECODE_BATCH, speedup=est, lo=lo, hi=hi, tokens_per_s=g.tokens_per_s.median(),
-                        tokens_per_call=g.tokens_per_call.mean(), drafted_per_call=np.nan,
-                        identical=int(g.identical.sum()), of=int(g.of.sum())))
-# each tree against the chain on the same prompts (batch 1): ratio of median times, paired bootstrap
-times = decode.pivot(index="prompt", columns="method", values="seconds")
-chain = f"chain SD (K = {K_CHAIN})"
-for row in summary:
-    if row["batch"] == 1 and row["method"].startswith("tree"):
-        row["vs_chain"], row["vs_chain_lo"], row["vs_chain_hi"] = stats.bootstrap_ratio_ci(
-            times[chain].to_numpy(), times[row["method"]].to_numpy(), seed=SEED)
-summary = pd.DataFrame(summary).assign(tree_budget=TREE_BUDGET, tree_depth=TREE_DEPTH_BEST, batch_budget=BATCH_BUDGET,
-                                      chain_k=K_CHAIN, **meta)
+    total = (g.new_tokens.sum() / g.seconds.sum()) / (ar_b.new_tokens.sum() / ar_b.seconds.sum())
+    summary_b.append(dict(method=name, batch=DECODE_BATCH, speedup=est, lo=lo, hi=hi, total_ratio=total,
+                          tokens_per_s=g.tokens_per_s.median(), tokens_per_call=g.tokens_per_call.mean(),
+                          drafted_per_call=np.nan, identical=int(g.identical.sum()), of=int(g.of.sum())))
+summary = pd.concat([summary1, pd.DataFrame(summary_b)], ignore_index=True).assign(
+    tree_budget=TREE_BUDGET, tree_depth=TREE_DEPTH_BEST, batch_budget=BATCH_BUDGET, chain_k=K_CHAIN, **meta)
 results.save(summary, f"{NB}/decode")
 results.save(pd.concat([decode.assign(batch=1), batched.assign(batch=DECODE_BATCH)]).assign(**meta), f"{NB}/decode_runs")
-display(summary.drop(columns=list(meta)).round(3))
+display(summary[["method", "batch", "speedup", "lo", "hi", "total_ratio", "vs_chain", "vs_chain_lo", "vs_chain_hi",
+                 "vs_chain_total", "tokens_per_s", "tokens_per_call", "drafted_per_call", "identical", "of"]].round(3))
 
 # %% [markdown]
 # ### End-to-end speedups
@@ -641,22 +684,20 @@ ax.grid(axis="y", visible=False)
 savefig(fig, f"{NB}_decode"); plt.show()
 s1 = summary[summary.batch == 1].set_index("method")
 sb = summary[summary.batch == DECODE_BATCH].set_index("method")
+ci = lambda r, m: f"95% CI {r.lo[m]:.2f}–{r.hi[m]:.2f}, total-time ratio {r.total_ratio[m]:.2f}x"
+vs_txt = lambda m: (f"{s1.vs_chain[m]:.2f}x (CI {s1.vs_chain_lo[m]:.2f}–{s1.vs_chain_hi[m]:.2f}, "
+                    f"total-time ratio {s1.vs_chain_total[m]:.2f}x)")
 display(Markdown(
-    f"Batch 1: tree SD (closed form) **{s1.speedup['tree SD, closed_form']:.2f}x** over AR "
-    f"(95% CI {s1.lo['tree SD, closed_form']:.2f}–{s1.hi['tree SD, closed_form']:.2f}, "
-    f"{s1.tokens_per_call['tree SD, closed_form']:.2f} tokens per call), chain SD {s1.speedup[chain]:.2f}x "
-    f"({s1.tokens_per_call[chain]:.2f}), tree SD with materialised states {s1.speedup['tree SD, materialize']:.2f}x, "
-    f"chain + leaves tree SD **{s1.speedup['tree SD (chain + leaves), closed_form']:.2f}x** "
-    f"({s1.tokens_per_call['tree SD (chain + leaves), closed_form']:.2f} tokens per call, "
-    f"{s1.drafted_per_call['tree SD (chain + leaves), closed_form']:.1f} nodes). Against the chain on the same prompts "
-    f"(chain time / tree time): EAGLE-2 tree {s1.vs_chain['tree SD, closed_form']:.2f}x (CI "
-    f"{s1.vs_chain_lo['tree SD, closed_form']:.2f}–{s1.vs_chain_hi['tree SD, closed_form']:.2f}), chain + leaves "
-    f"**{s1.vs_chain['tree SD (chain + leaves), closed_form']:.2f}x** (CI {s1.vs_chain_lo['tree SD (chain + leaves), closed_form']:.2f}–"
-    f"{s1.vs_chain_hi['tree SD (chain + leaves), closed_form']:.2f}). "
-    f"Batch {DECODE_BATCH}: tree SD {sb.speedup['tree SD, closed_form']:.2f}x and chain SD {sb.speedup[chain]:.2f}x the "
-    f"throughput of batched AR. Outputs identical to AR: {int(summary.identical.sum())}/{int(summary.of.sum())} "
+    f"Batch 1: tree SD (closed form) **{s1.speedup[tree]:.2f}x** over AR ({ci(s1, tree)}, "
+    f"{s1.tokens_per_call[tree]:.2f} tokens per call), chain SD {s1.speedup[chain]:.2f}x ({ci(s1, chain)}, "
+    f"{s1.tokens_per_call[chain]:.2f} tokens per call), tree SD with materialised states {s1.speedup[mat]:.2f}x "
+    f"({ci(s1, mat)}), chain + leaves tree SD **{s1.speedup[leaves]:.2f}x** ({ci(s1, leaves)}; "
+    f"{s1.tokens_per_call[leaves]:.2f} tokens per call, {s1.drafted_per_call[leaves]:.1f} nodes). Against the chain on "
+    f"the same prompts (the tree's speed over the chain's): EAGLE-2 tree {vs_txt(tree)}, chain + leaves "
+    f"**{vs_txt(leaves)}**. Batch {DECODE_BATCH}: tree SD {sb.speedup[tree]:.2f}x and chain SD {sb.speedup[chain]:.2f}x "
+    f"the throughput of batched AR (median over {len(groups)} groups; total-time ratios {sb.total_ratio[tree]:.2f}x and "
+    f"{sb.total_ratio[chain]:.2f}x). Outputs identical to AR: {int(summary.identical.sum())}/{int(summary.of.sum())} "
     f"(AR rows compare with themselves)."))
-tree, mat, leaves = "tree SD, closed_form", "tree SD, materialize", "tree SD (chain + leaves), closed_form"
 vs = s1.vs_chain[tree], s1.vs_chain_lo[tree], s1.vs_chain_hi[tree]
 verdict_tree = ("reliably faster than" if vs[1] > 1 else "reliably slower than" if vs[2] < 1 else
                 "not distinguishable from")
@@ -684,7 +725,9 @@ display(Markdown(
 # predicts it. We measure the acceptance rate (accepted / drafted) and the per-token acceptance
 # (accepted / reached) at k = `SELF_KS` for the self-draft and the separate draft, and the held-out
 # loss (`EVAL_WINDOWS` evenly spaced windows of 256 tokens) of the full model, the ablated subgraph
-# and the separate draft.
+# and the separate draft. Speed is measured the workbook's one way (`bench.paired_runs`: AR and every
+# drafter and k back to back per prompt, speedup = median over prompts of the tokens-per-second ratio
+# to AR with a 95% bootstrap interval; [the statistics notes](../docs/statistics.md)).
 #
 # The appeal is obvious — no second model to train, ship or keep in memory, and the draft shares the
 # target's tokenizer and embeddings by construction. The catch is in the two quantities of
@@ -706,24 +749,26 @@ held = [stream[s:s + 257].astype(int).tolist() for s in np.linspace(0, len(strea
 loss = {"hybrid-target (full)": bench_tree.heldout_loss(target.view(), held),
         "linear-only subgraph (attention layers skipped)": bench_tree.heldout_loss(target.view(skip_attention=True), held),
         f"{DRAFT} (separate draft)": bench_tree.heldout_loss(draft, held)}
-self_rows = []
-for k in tqdm(SELF_KS, desc="k"):
-    for name, make in [("self (linear subgraph)", lambda: SelfDrafter(target, k)), (f"{DRAFT}", lambda: ModelDrafter(draft, k))]:
-        steps, secs = [], 0.0
-        for ids in prompts:
-            g = generate(target, ids, MAX_NEW_TOKENS, drafter=make(), sampling=GREEDY)
-            steps += g.stats["steps"]; secs += g.stats["seconds"]
-        drafted = sum(s["drafted"] for s in steps)
-        self_rows.append(dict(drafter=name, k=k, acceptance_rate=sum(s["accepted"] for s in steps) / drafted,
-                              token_acceptance=bench.token_acceptance(steps),
-                              draft_ms_per_token=1e3 * sum(s["draft_s"] for s in steps) / drafted, seconds=secs))
-selfspec = pd.DataFrame(self_rows)
-ar_secs = decode[decode.method == "AR"].seconds.sum()
-selfspec["speedup"] = ar_secs / selfspec.seconds
+self_methods = {"AR": lambda ids, i: generate(target, ids, MAX_NEW_TOKENS, sampling=GREEDY)}
+for k in SELF_KS:
+    self_methods[f"self (linear subgraph) k={k}"] = lambda ids, i, k=k: generate(
+        target, ids, MAX_NEW_TOKENS, drafter=SelfDrafter(target, k), sampling=GREEDY)
+    self_methods[f"{DRAFT} k={k}"] = lambda ids, i, k=k: generate(
+        target, ids, MAX_NEW_TOKENS, drafter=ModelDrafter(draft, k), sampling=GREEDY)
+self_runs = bench.paired_runs(prompts, self_methods, progress=tqdm)
+selfspec = bench.speedup_table(self_runs, seed=SEED).rename(columns={"acceptance": "acceptance_rate", "runs": "of"})
+selfspec["drafter"] = selfspec.method.str.rsplit(" k=", n=1).str[0]
+selfspec["k"] = selfspec.method.str.rsplit(" k=", n=1).str[1].astype(int)
+self_sums = self_runs.groupby("method")[["draft_s", "drafted"]].sum()
+selfspec["draft_ms_per_token"] = selfspec.method.map(1e3 * self_sums.draft_s / self_sums.drafted)
+ar_runs = self_runs[self_runs.method == "AR"]
 losses = pd.DataFrame([dict(model=m, heldout_loss=l, perplexity=float(np.exp(l))) for m, l in loss.items()])
 results.save(selfspec.assign(**meta), f"{NB}/selfspec")
+results.save(self_runs.assign(**meta), f"{NB}/selfspec_runs")
 results.save(losses.assign(**meta), f"{NB}/ablation_loss")
-display(losses.round(3)); display(selfspec.round(3))
+display(losses.round(3))
+display(selfspec[["drafter", "k", "speedup", "lo", "hi", "total_ratio", "acceptance_rate", "token_acceptance",
+                  "draft_ms_per_token", "tokens_per_call", "identical", "of"]].round(3))
 
 # %% [markdown]
 # ### Self-speculation against a separate draft
@@ -733,7 +778,8 @@ display(losses.round(3)); display(selfspec.round(3))
 # **How to read it.** Left: acceptance against draft length k, one colour per drafter; solid circles
 # accepted / drafted, dotted squares per-token acceptance; the two black stars are the
 # component-aware study's values at k = 2 for Falcon-H1 (high) and Qwen3.5 (low), for scale. Right:
-# speedup over AR (total time over all prompts) against k; above the black line is faster than AR.
+# speedup over AR against k (median over prompts, whiskers its 95% bootstrap interval); above the
+# black line is faster than AR.
 # A drafter whose acceptance is decent but whose speedup stays below 1 is too expensive per token;
 # one whose speedup rises with k has cheap drafts and acceptance that holds up along the chain.
 
@@ -742,13 +788,14 @@ fig, axes = plt.subplots(1, 2, figsize=(12, 4.4))
 for i, (name, g) in enumerate(selfspec.groupby("drafter", sort=False)):
     axes[0].plot(g.k, g.acceptance_rate, "o-", color=f"C{i}", label=f"{name}: accepted / drafted")
     axes[0].plot(g.k, g.token_acceptance, "s:", color=f"C{i}", label=f"{name}: per token")
-    axes[1].plot(g.k, g.speedup, "o-", color=f"C{i}", label=name)
+    axes[1].errorbar(g.k, g.speedup, yerr=[g.speedup - g.lo, g.hi - g.speedup], fmt="o-", capsize=3, color=f"C{i}",
+                     label=name)
 axes[0].plot([2, 2], [0.68, 0.038], "k*", ms=11, label="component-aware study: Falcon-H1 / Qwen3.5 (k = 2)")
 for yv, who in [(0.68, "Falcon-H1"), (0.038, "Qwen3.5")]:
     axes[0].annotate(who, (2, yv), xytext=(8, -3), textcoords="offset points", fontsize=8)
 axes[0].set(xlabel="draft length k", ylabel="acceptance", ylim=(0, 1), title="Self-speculation vs a separate draft")
 axes[1].axhline(1, color="k", lw=0.8)
-axes[1].set(xlabel="draft length k", ylabel="speedup over AR (total time)", title="Greedy decoding, batch 1")
+axes[1].set(xlabel="draft length k", ylabel="speedup over AR (median per prompt)", title="Greedy decoding, batch 1")
 for ax in axes:
     ax.set_xticks(SELF_KS)
     ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=1 if ax is axes[0] else 2, frameon=False)
@@ -760,14 +807,17 @@ display(Markdown(
     f"At k = {k2} the linear-only subgraph's drafts are accepted at rate {s2.acceptance_rate['self (linear subgraph)', k2]:.3f} "
     f"(the separate draft: {s2.acceptance_rate[DRAFT, k2]:.3f}); skipping the {len(target.is_gdn) - sum(target.is_gdn)} attention "
     f"layers raises held-out loss from {lf.iloc[0]:.3f} to {lf.iloc[1]:.3f} nats/token (perplexity "
-    f"{np.exp(lf.iloc[0]):.1f} -> {np.exp(lf.iloc[1]):.1f}). Best self-speculation speedup "
-    f"{selfspec[selfspec.drafter.str.startswith('self')].speedup.max():.2f}x; best with the separate draft "
-    f"{selfspec[~selfspec.drafter.str.startswith('self')].speedup.max():.2f}x."))
+    f"{np.exp(lf.iloc[0]):.1f} -> {np.exp(lf.iloc[1]):.1f}). Highest speedup over the k tried: " +
+    "; ".join(f"{'self-speculation' if d.startswith('self') else 'the separate draft'} {r.speedup:.2f}x at k = {int(r.k)} "
+              f"(95% CI {r.lo:.2f}–{r.hi:.2f}, total-time ratio {r.total_ratio:.2f}x)"
+              for d, r in ((d, g.loc[g.speedup.idxmax()]) for d, g in selfspec.groupby("drafter", sort=False))) +
+    f" — the best of {len(SELF_KS)} noisy medians on the same prompts, so read them as slightly optimistic. "
+    f"Outputs identical to AR: {int(selfspec.identical.sum())}/{int(selfspec.of.sum())}."))
 ms_self = s2.draft_ms_per_token["self (linear subgraph)"].median()
 ms_sep = s2.draft_ms_per_token[DRAFT].median()
 ta_self = s2.token_acceptance["self (linear subgraph)"].median()
 ta_sep = s2.token_acceptance[DRAFT].median()
-ar_ms = 1e3 * ar_secs / decode[decode.method == "AR"].new_tokens.sum()
+ar_ms = 1e3 * ar_runs.seconds.sum() / ar_runs.new_tokens.sum()
 a_self2 = s2.acceptance_rate["self (linear subgraph)", k2]
 display(Markdown(
     f"**Reading.** Per-token acceptance (median over k): self-draft {ta_self:.2f}, separate draft {ta_sep:.2f}. "
@@ -804,6 +854,7 @@ display(Markdown(
 #
 # Caveats: small models on a CPU (kernel launch and Python overheads weigh more than on an
 # accelerator, and the dense layers are cheap), one seed, greedy decoding, a short pilot whose choices
-# carry timing noise, random trees in the latency profile rather than the drafter's real trees, and
-# the tree drafter's per-level width cap (`top` nodes per level) that makes budgets above
-# `top` × depth equivalent.
+# carry timing noise (chosen on prompts disjoint from the reported ones, so the reported numbers are
+# not inflated by it), random trees in the latency profile rather than the drafter's real trees, and
+# trees bounded by the drafter's per-level width cap (`TOP` nodes per level, so at most `TOP` × depth
+# nodes: the pilot's largest trees are small).

@@ -70,9 +70,10 @@ import pandas as pd
 import matplotlib.pyplot as plt
 import torch
 from IPython.display import Markdown, display
+from tqdm.auto import tqdm
 
 import speclib
-from speclib import ModelDrafter, Sampling, cospec, data, generate, results, stats
+from speclib import ModelDrafter, Sampling, bench, cospec, data, generate, results, stats
 from speclib.cospec import FEATURES, Arbiter, Fuzzy, Policy, Typical, always_target
 from speclib.plotting import savefig, style
 
@@ -379,36 +380,46 @@ print("lossless SD output identical to target AR on every test problem:", lossle
 # the real decoding loop, one problem at a time, because that is what a user would run. The
 # `same_as_batched` column ties the two together: the share of timed problems whose output from the
 # real loop equals the batched one token for token (it should be 1, up to rare numerical ties
-# between near-equal logits). The speedup is the ratio of total times with a bootstrap interval over
-# problems; every method runs on every problem in turn, so a slow period of the machine affects all
-# methods alike. Only a few methods are timed — the others differ from them only in the policy's
-# decisions, which cost microseconds.
+# between near-equal logits). Speed is measured the workbook's one way (`bench.paired_runs` with
+# target-only AR as the reference, then `bench.speedup_table`; [the statistics
+# notes](../docs/statistics.md), notebook 01 section 4): per problem, every method back to back in
+# alternating order after one warm-up run each, speedup = median over problems of the method's tokens
+# per second over target AR's, with a 95% bootstrap interval over problems and the total-time ratio
+# (`total_ratio`) beside it. Tokens per second, not time, because the methods that leave the target's
+# output (and the draft alone) generate solutions of other lengths. Only a few methods are timed —
+# the others differ from them only in the policy's decisions, which cost microseconds.
 
 # %%
 timed = {"target AR": (None, None), "draft AR": (None, None), "lossless SD": (True, always_target),
          "AutoJudge (classifier)": (True, judge), "CoSpec (RL)": (True, policy),
          f"fuzzy JSD<{fuzzy_best}": (True, Fuzzy(fuzzy_best)),
          f"typical eps={TYPICAL[0][0]} delta={TYPICAL[0][1]}": (True, Typical(*TYPICAL[0]))}
-gen_tokens = lambda lm, p, d, a: generate(lm, p, MAX_NEW_TOKENS, drafter=d, acceptor=a, sampling=GREEDY)
-for p in ids["test"][:2]:                           # warm-up
-    gen_tokens(target, p, ModelDrafter(draft, K), Arbiter(policy)); gen_tokens(draft, p, None, None)
-times, same = {m: [] for m in timed}, {m: 0 for m in timed}
-for i, p in enumerate(ids["test"][:N_TIMED]):
-    for name, (sd, pol) in timed.items():
-        lm = draft if name == "draft AR" else target
-        t0 = time.perf_counter()
-        g = gen_tokens(lm, p, ModelDrafter(draft, K) if sd else None, Arbiter(pol) if sd else None)
-        times[name].append(time.perf_counter() - t0)
-        same[name] += g.tokens == test_rows[name][i]["tokens"]
-speed = []
-for name in timed:
-    est, lo, hi = stats.bootstrap_ratio_ci(times["target AR"], times[name], np.sum, seed=SEED)
-    speed.append(dict(method=name, speedup=est, speed_lo=lo, speed_hi=hi, same_as_batched=same[name] / N_TIMED))
-speed = pd.DataFrame(speed).set_index("method")
+same = {}                                           # (method, problem) -> real loop's tokens == batched tokens
+
+
+def timed_method(name, sd, pol):
+    """A `bench.paired_runs` method: decode problem i in the real loop, and check it against the batched run."""
+    lm = draft if name == "draft AR" else target
+
+    def run(p, i):
+        g = generate(lm, p, MAX_NEW_TOKENS, drafter=ModelDrafter(draft, K) if sd else None,
+                     acceptor=Arbiter(pol) if sd else None, sampling=GREEDY)
+        same[name, i] = g.tokens == test_rows[name][i]["tokens"]     # the warm-up's entry is overwritten
+        return g
+    return run
+
+
+timed_runs = bench.paired_runs(ids["test"][:N_TIMED], {name: timed_method(name, *v) for name, v in timed.items()},
+                               reference="target AR", progress=tqdm)
+results.save(timed_runs.assign(**meta), f"{NB}/timed_runs")
+speed = bench.speedup_table(timed_runs, reference="target AR", seed=SEED)[["method", "speedup", "lo", "hi", "total_ratio"]]
+speed = pd.concat([pd.DataFrame([dict(method="target AR", speedup=1.0, lo=1.0, hi=1.0, total_ratio=1.0)]), speed])
+speed = speed.rename(columns={"lo": "speed_lo", "hi": "speed_hi"}).set_index("method")
+speed["same_as_batched"] = [np.mean([same[m, i] for i in range(N_TIMED)]) for m in speed.index]
 table = table.join(speed)
 results.save(table.reset_index().assign(n_timed=N_TIMED, **meta), f"{NB}/methods")
 display(table[["accuracy", "lo", "hi", "diff_vs_target", "diff_lo", "diff_hi", "calls_per_token", "speedup",
-               "speed_lo", "speed_hi", "same_as_batched"]].round(3))
+               "speed_lo", "speed_hi", "total_ratio", "same_as_batched"]].round(3))
 
 # %% [markdown]
 # ### Accuracy against speed: the trade-off in one picture
@@ -419,7 +430,7 @@ display(table[["accuracy", "lo", "hi", "diff_vs_target", "diff_lo", "diff_hi", "
 # panel (legend below); vertical whiskers are 95% bootstrap intervals of accuracy. The dotted black
 # line is the target's own accuracy, the dashed red line the oracle branch choice (an optimistic
 # reference, section 2). Left: x = wall-clock speedup over target-only AR in the real SD loop
-# (timed methods only), so up and to the right is better; target-only AR sits at x = 1 by definition
+# (timed methods only; median over problems of the tokens-per-second ratio), so up and to the right is better; target-only AR sits at x = 1 by definition
 # and draft-only AR far to the right (fast, inaccurate). Middle: the same for the timed speculative
 # methods only, zoomed in, with horizontal whiskers for the speedup's interval — marks whose
 # whiskers overlap cannot be told apart in speed. Right: all speculative methods, x = target calls
@@ -482,7 +493,8 @@ display(Markdown(
        " — a spread wider than a typical interval of one of them, so here their speeds do differ. ")
     + f"Among the timed methods, none is both faster and more accurate than: "
     f"{', '.join(front)} (the Pareto front). CoSpec (RL) is at {cs.accuracy:.1%} ({100 * cs.diff_vs_target:+.1f} points "
-    f"vs the target) and {cs.speedup:.2f}x; the oracle branch choice, at {table.accuracy['oracle branch choice']:.1%}, "
+    f"vs the target) and {cs.speedup:.2f}x (95% CI {cs.speed_lo:.2f}–{cs.speed_hi:.2f}, total-time ratio "
+    f"{cs.total_ratio:.2f}x); the oracle branch choice, at {table.accuracy['oracle branch choice']:.1%}, "
     f"shows how much of the disagreement signal is still unused. "
     + (f"The loosened rules ({', '.join(loose)}) keep the draft's token more often than CoSpec, lose accuracy, and "
        f"gain no speed that their intervals can tell apart from lossless SD's: relaxing acceptance buys speed only "
@@ -632,14 +644,17 @@ else:
 r = table.loc["CoSpec (RL)"]
 verdict = pd.DataFrame([dict(
     target_ar_accuracy=table.accuracy["target AR"], cospec_accuracy=r.accuracy, diff=r.diff_vs_target,
-    diff_lo=r.diff_lo, diff_hi=r.diff_hi, cospec_speedup=r.speedup, lossless_speedup=table.speedup["lossless SD"],
+    diff_lo=r.diff_lo, diff_hi=r.diff_hi, cospec_speedup=r.speedup, cospec_speed_lo=r.speed_lo, cospec_speed_hi=r.speed_hi,
+    cospec_total_ratio=r.total_ratio, lossless_speedup=table.speedup["lossless SD"],
     oracle_accuracy=table.accuracy["oracle branch choice"], accuracy_target_met=bool(r.diff_lo > 0),
     speed_target_met=bool(r.speedup >= 1.5), rl_iterations=RL_ITERS, best_iteration=best["iteration"], **meta)])
 results.save(verdict, f"{NB}/verdict")
 display(Markdown(
     f"CoSpec (RL): **{r.accuracy:.1%}** vs target-only AR {table.accuracy['target AR']:.1%} — difference "
     f"**{100 * r.diff_vs_target:+.1f} points** (95% CI {100 * r.diff_lo:+.1f} to {100 * r.diff_hi:+.1f}); "
-    f"**{r.speedup:.2f}x** target-only AR in wall clock (lossless SD {table.speedup['lossless SD']:.2f}x), "
+    f"**{r.speedup:.2f}x** target-only AR in wall clock (median per problem, 95% CI {r.speed_lo:.2f}–{r.speed_hi:.2f}, "
+    f"total-time ratio {r.total_ratio:.2f}x; lossless SD {table.speedup['lossless SD']:.2f}x, CI "
+    f"{table.speed_lo['lossless SD']:.2f}–{table.speed_hi['lossless SD']:.2f}), "
     f"{r.calls_per_token:.3f} target calls per token. Oracle branch choice: "
     f"{table.accuracy['oracle branch choice']:.1%}. Accuracy target {'met' if r.diff_lo > 0 else 'NOT met'}; "
     f"speed target {'met' if r.speedup >= 1.5 else 'NOT met'}. (Reported for LLaMA 70B/8B: +1.7 points, 3.96x.)"))

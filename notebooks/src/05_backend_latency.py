@@ -66,7 +66,9 @@ N_PILOT = 3             # pilot stdlib prompts: choose each configuration's K
 N_PROMPTS = 9           # reported stdlib prompts, disjoint from the pilot ones
 ROUNDS = 1              # interleaved repeats of the reported runs; raise it for run-to-run spread
 MAX_NEW_TOKENS = 128
-THREADS = 2             # every runtime gets the same number of CPU threads
+THREADS = 1             # every runtime gets the same number of CPU threads (1: see section 1b)
+THREAD_COUNTS = [1, 2]  # section 1b: torch's T(n) at each thread count (capped at the CPUs available)
+THREAD_ROUNDS = 3       # section 1b: interleaved rounds per thread count
 
 # %%
 import time
@@ -88,7 +90,7 @@ if SMOKE:
     CONFIGS = [["torch", "torch"], ["onnx-int8", "onnx-int8"], ["llamacpp-q4_0", "llamacpp-q4_0"],
                ["serial:torch", "torch"]]
     N_MAX, PREFIXES, REPEATS, K_MAX, MAX_NEW_TOKENS = 4, [128], 3, 3, 24
-    N_PILOT, N_PROMPTS, ROUNDS = 1, 2, 1
+    N_PILOT, N_PROMPTS, ROUNDS, THREAD_ROUNDS = 1, 2, 1, 2
 NB = "05_backend_latency"
 KS, NS = list(range(1, K_MAX + 1)), list(range(1, N_MAX + 1))
 GREEDY = Sampling(0.0)
@@ -255,6 +257,68 @@ display(Markdown(
     + (", ".join(f"{r.argmax_differs * len(toks):.0f} of the {len(toks)} positions on {r.Index}"
                  for r in wd[wd.argmax_differs > 0].itertuples())
        if (wd.argmax_differs > 0).any() else "no position on any backend") + "."))
+
+# %% [markdown]
+# ### 1b · Threads, and why T(n) is not smooth on two cores
+# On this kind of machine (2 CPU cores) the torch target's v(K) can jump around between runs and is
+# not monotone in n: a pass over 5 tokens can cost less than one over 3. The suspects are the matrix
+# kernels' choice per shape (a matrix–vector path for a few rows, a blocked, multi-threaded matrix
+# multiply beyond some row count), the second thread, and allocation. Here the torch target's pass over
+# n = 1..N_MAX tokens at a 128-token prefix is timed with each thread count in `THREAD_COUNTS`, in
+# `THREAD_ROUNDS` rounds that alternate the thread counts, so a burst of machine noise hits both.
+# A size is **reliably cheap** when, in every round, it costs less than a smaller size: a decoder
+# can then use it for free, by drafting up to it (a chain drafter choosing K on pilot prompts does so
+# by itself; the cache drafters of notebook 02 pad or cut their drafts to the cheaper sizes).
+
+# %%
+thread_rows = []
+counts = [t for t in THREAD_COUNTS if t <= speclib.device.cpu_count()]
+for rnd in range(THREAD_ROUNDS):
+    for t in (counts if rnd % 2 == 0 else counts[::-1]):
+        torch.set_num_threads(t)
+        secs = bench.latencies([(lm(TARGET, "torch"), n) for n in NS], prefix_len=128, repeats=REPEATS)
+        thread_rows += [dict(threads=t, round=rnd, n=n, seconds=x) for n, x in zip(NS, secs)]
+torch.set_num_threads(THREADS)
+thr = pd.DataFrame(thread_rows)
+thr["v"] = thr.seconds / thr.groupby(["threads", "round"]).seconds.transform("first")
+results.save(thr.assign(**meta), f"{NB}/threads")
+
+fig, axes = plt.subplots(1, 2, figsize=(11, 3.6))
+for i, (t, g) in enumerate(thr.groupby("threads")):
+    band = g.groupby("n").v.agg(["min", "median", "max"])
+    axes[0].fill_between(band.index, band["min"], band["max"], color=f"C{i}", alpha=0.2)
+    axes[0].plot(band.index, band["median"], "o-", ms=3, color=f"C{i}", label=f"{t} thread(s): median and range of rounds")
+    t1 = g[g.n == 1].seconds * 1e3
+    axes[1].scatter([t] * len(t1), t1, color=f"C{i}")
+axes[0].set(xlabel="tokens per pass n", ylabel="T(n) / T(1)", title=f"{TARGET}, torch, prefix 128")
+axes[0].set_xticks(NS)
+axes[0].legend(fontsize=8)
+axes[1].set(xlabel="torch threads", ylabel="T(1) per round (ms)", title="one-token pass", xticks=counts)
+savefig(fig, f"{NB}_threads"); plt.show()
+
+
+def cheap_sizes(g):
+    """Sizes n that cost less than some smaller size in every round."""
+    piv = g.pivot(index="round", columns="n", values="seconds")
+    return [n for n in piv.columns if n > 1 and (piv[n].to_numpy()[:, None] < piv.loc[:, piv.columns < n].to_numpy()).any(1).all()]
+
+
+summary = []
+for t, g in thr.groupby("threads"):
+    med = g.groupby("n").v.median()
+    summary.append(dict(threads=t, T1_ms=g[g.n == 1].seconds.median() * 1e3,
+                        T1_spread_ms=np.ptp(g[g.n == 1].seconds) * 1e3,
+                        v_spread=g.groupby("n").v.agg(np.ptp).max(), monotone=bool(med.is_monotonic_increasing),
+                        cheap_sizes=", ".join(map(str, cheap_sizes(g))) or "none"))
+summary = pd.DataFrame(summary)
+results.save(summary.assign(**meta), f"{NB}/threads_summary")
+display(summary.round(3))
+display(Markdown(" ".join(
+    f"With {r.threads} thread(s), T(1) = {r.T1_ms:.2f} ms (rounds within {r.T1_spread_ms:.2f} ms); T(n)/T(1) "
+    f"{'rises monotonically' if r.monotone else 'is not monotone'} in n, the rounds disagree by up to "
+    f"{r.v_spread:.2f} at some n, and the reliably cheap sizes are: {r.cheap_sizes}."
+    for r in summary.itertuples())
+    + f" The timed sections of this notebook and of notebook 01 use {THREADS} thread(s) per job."))
 
 # %% [markdown]
 # ## 2 · End to end: predicted vs measured speedup per configuration
