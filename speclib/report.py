@@ -143,7 +143,7 @@ def _rows_05() -> list[tuple[str, str, str]]:
                      f"({r.kind}; biggest step {r.biggest_step})", "classes.parquet"))
     for r in causes.sort_values("speedup", ascending=False).itertuples():
         verdict = f"decelerates: {r.dominant_cause}" if r.decelerates else f"larger cost term: {r.dominant_cause}"
-        rows.append((f"greedy SD, {r.config} (target ← draft), best K",
+        rows.append((f"greedy SD, {r.config} (target ← draft), K chosen on pilot prompts",
                      f"**{r.speedup:.2f}x** at K = {int(r.K)} (95% CI {r.lo:.2f}–{r.hi:.2f}); analytic {r.predicted:.2f}x; "
                      f"α = {r.alpha:.2f}, c = {r.c:.3f}, v(K) = {r.v:.2f}; {verdict}; SD = AR on {r.identical} / {r.of}",
                      "causes.parquet"))
