@@ -61,6 +61,8 @@ class _Run:
         self.max_new_tokens = max_new_tokens
         self.eos = target.eos_token_id if eos_token_id == -1 else eos_token_id
         self.gen = torch.Generator().manual_seed(seed)
+        # capabilities checked once per request, not per step (runtime protocol checks are not free)
+        self.wants_logits = isinstance(self.acceptor, LogitsAcceptor) and self.acceptor.uses_logits
         if isinstance(self.acceptor, PerRequestAcceptor):      # e.g. cospec.Arbiter
             self.acceptor.reset(self.prompt)
         self.steps: list[dict] = []
@@ -82,8 +84,7 @@ class _Run:
         """Accept from the verify pass's logits, commit, and record the step."""
         t0 = clock(self.target.device)
         tree = self.tree
-        wants_logits = isinstance(self.acceptor, LogitsAcceptor) and self.acceptor.uses_logits
-        extra = {"logits": logits} if wants_logits else {}
+        extra = {"logits": logits} if self.wants_logits else {}
         path, self.root = self.acceptor(tree, probs(logits, self.sampling), self.sampling.greedy, self.gen, **extra)
         self.target.commit([0] + [i + 1 for i in path])
         accepted = [tree.tokens[i] for i in path]
