@@ -16,13 +16,14 @@ from __future__ import annotations
 import math
 import os
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
 
 REPO = Path(__file__).resolve().parent.parent       # the repository checkout speclib runs from
 
-__all__ = ["REPO", "pick_device", "sync", "clock", "cpu_count", "set_threads"]
+__all__ = ["REPO", "pick_device", "sync", "clock", "cpu_count", "set_threads", "threads"]
 
 
 def pick_device(device: str = "auto") -> torch.device:
@@ -88,3 +89,14 @@ def set_threads(n: int | None = None) -> int:
         raise ValueError(f"n (threads) must be an int >= 1, got {n!r}")
     torch.set_num_threads(n)
     return n
+
+
+@contextmanager
+def threads(n: int | None = None):
+    """`with threads(1): ...` runs the block with `set_threads(n)` and restores torch's previous count
+    after it: a notebook times its loops at one thread and runs its untimed batch work on every CPU."""
+    before = torch.get_num_threads()
+    try:
+        yield set_threads(n)
+    finally:
+        torch.set_num_threads(before)

@@ -99,3 +99,14 @@ def test_cpu_count_follows_the_affinity_mask_and_the_cgroup_quota(monkeypatch):
 def test_set_threads_refuses_bad_counts():
     with pytest.raises(ValueError, match="threads"):
         device.set_threads(0)
+
+
+def test_threads_context_sets_then_restores_the_count():
+    import torch
+    before = torch.get_num_threads()
+    with device.threads(1) as n:
+        assert n == 1 and torch.get_num_threads() == 1
+    assert torch.get_num_threads() == before
+    with pytest.raises(RuntimeError), device.threads(1):
+        raise RuntimeError("the count is restored on errors too")
+    assert torch.get_num_threads() == before

@@ -52,6 +52,7 @@ MAX_NEW_TOKENS = 160
 K = 4                   # model drafter length
 MAX_SPEC = 16           # longest cache draft
 LATENCY_REPEATS = 25
+THREADS = 1             # torch threads (0: every CPU this process may use); 1 keeps T(n) smooth on 2 cores (notebook 05)
 
 # %%
 import time
@@ -76,9 +77,10 @@ NB = "02_cache_hybrid"
 GREEDY = Sampling(0.0)
 style()
 torch.manual_seed(SEED)
+threads = speclib.device.set_threads(THREADS or None)
 target, draft = speclib.load(TARGET, device=DEVICE), speclib.load(DRAFT, device=DEVICE)
 dev = str(target.device)
-meta = dict(seed=SEED, device=dev, target=TARGET, draft=DRAFT, smoke=SMOKE)
+meta = dict(seed=SEED, device=dev, target=TARGET, draft=DRAFT, threads=threads, smoke=SMOKE)
 prompts = {}
 for w in WORKLOADS:
     rows = data.load_workload(w, N_FIT + N_EVAL)

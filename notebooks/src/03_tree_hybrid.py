@@ -63,6 +63,7 @@ TREE_DEPTH = 6               # shape of the random trees in the latency measurem
 DECODE_BATCH = 4        # batch size of the batched decoding comparison
 SELF_KS = [1, 2, 3, 4]  # draft lengths for the self-speculation study
 EVAL_WINDOWS = 32       # held-out windows of 256 tokens for the perplexity of the ablated model
+THREADS = 1             # torch threads (0: every CPU this process may use); 1 keeps T(n) smooth on 2 cores (notebook 05)
 
 # %%
 import json
@@ -91,13 +92,14 @@ TOP = 4                 # EAGLE-2 trees spend at most TOP nodes per level: at mo
 PILOT_BUDGETS = {d: sorted({n for n in [4] + TREE_SIZES if d <= n < TOP * d} | {TOP * d}) for d in TREE_DEPTHS}
 style()
 torch.manual_seed(SEED)
+threads = speclib.device.set_threads(THREADS or None)
 target, draft = speclib.load(TARGET, device=DEVICE), speclib.load(DRAFT, device=DEVICE)
 dev = str(target.device)
 cfg = target.config
 half = max(1, N_PROMPTS // 2)
 prompt_rows = data.load_workload("code_stdlib", half) + data.load_workload("code_humaneval", N_PROMPTS - half)
 prompts = [target.encode(r["prompt"]) for r in prompt_rows]
-meta = dict(seed=SEED, device=dev, target=TARGET, draft=DRAFT, smoke=SMOKE)
+meta = dict(seed=SEED, device=dev, target=TARGET, draft=DRAFT, threads=threads, smoke=SMOKE)
 gdn = [l.linear_attn for l, g in zip(target.text.layers, target.is_gdn) if g]
 H, DK, DV = gdn[0].num_v_heads, gdn[0].head_k_dim, gdn[0].head_v_dim
 print(f"{type(target).__name__} over {cfg.model_type}: {sum(target.is_gdn)} GDN + {len(target.is_gdn) - sum(target.is_gdn)} "

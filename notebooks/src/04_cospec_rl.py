@@ -61,6 +61,7 @@ GROUP = 8
 EVAL_EVERY = 10         # RL iterations between validation evaluations
 FUZZY_T = [0.05, 0.1, 0.2, 0.4]
 TYPICAL = [(0.3, 0.09), (0.1, 0.05)]      # (eps, delta)
+THREADS = 1             # torch threads of the timed sections (0: every CPU); 1 keeps T(n) smooth on 2 cores (notebook 05)
 
 # %%
 import time
@@ -126,10 +127,10 @@ env_s = time.perf_counter() - t0
 levels = np.array([p["level"] for p in splits["test"]])
 acc_base = {m: accuracy(r, "test") for m, r in base.items()}
 by_level = pd.DataFrame({m: pd.Series(a).groupby(levels).mean() for m, a in acc_base.items()}).rename_axis("level")
-from speclib import bench
-lat = bench.latencies([(target, 1), (draft, 1), (target, K + 1)], prefix_len=64, repeats=10 if SMOKE else 30)
+with speclib.device.threads(THREADS or None) as threads:      # timed at THREADS threads; the batched work above uses every CPU
+    lat = bench.latencies([(target, 1), (draft, 1), (target, K + 1)], prefix_len=64, repeats=10 if SMOKE else 30)
 c, v = lat[1] / lat[0], lat[2] / lat[0]
-results.save(by_level.reset_index().assign(c=c, v=v, **meta), f"{NB}/pair")
+results.save(by_level.reset_index().assign(c=c, v=v, threads=threads, **meta), f"{NB}/pair")
 display(by_level.round(3))
 display(Markdown(f"Target {acc_base['target AR'].mean():.1%}, draft {acc_base['draft AR'].mean():.1%} correct on "
                  f"{N_TEST} test problems. One forward: target {lat[0] * 1e3:.2f} ms, draft {lat[1] * 1e3:.2f} ms "
@@ -409,9 +410,10 @@ def timed_method(name, sd, pol):
     return run
 
 
-timed_runs = bench.paired_runs(ids["test"][:N_TIMED], {name: timed_method(name, *v) for name, v in timed.items()},
-                               reference="target AR", progress=tqdm)
-results.save(timed_runs.assign(**meta), f"{NB}/timed_runs")
+with speclib.device.threads(THREADS or None) as threads:
+    timed_runs = bench.paired_runs(ids["test"][:N_TIMED], {name: timed_method(name, *v) for name, v in timed.items()},
+                                   reference="target AR", progress=tqdm)
+results.save(timed_runs.assign(threads=threads, **meta), f"{NB}/timed_runs")
 speed = bench.speedup_table(timed_runs, reference="target AR", seed=SEED)[["method", "speedup", "lo", "hi", "total_ratio"]]
 speed = pd.concat([pd.DataFrame([dict(method="target AR", speedup=1.0, lo=1.0, hi=1.0, total_ratio=1.0)]), speed])
 speed = speed.rename(columns={"lo": "speed_lo", "hi": "speed_hi"}).set_index("method")
