@@ -7,7 +7,7 @@ NOTEBOOKS := $(sort $(wildcard notebooks/[0-9][0-9]_*.ipynb))
 # Notebook parameters, e.g. make figures PARAMS="-p SMOKE True" (unknown names are an error)
 PARAMS  ?=
 
-.PHONY: venv figures test lab train bench clean
+.PHONY: venv figures test lab book train bench clean
 
 venv: $(STAMP)
 $(STAMP): pyproject.toml
@@ -26,7 +26,7 @@ figures: venv
 	mkdir -p build
 	@for nb in $(NOTEBOOKS); do \
 	  echo "== $$nb"; \
-	  $(BIN)/python -m speclib.notebooks $$nb build/$$(basename $$nb) $(PARAMS) || exit 1; \
+	  $(BIN)/python -m speclib.notebooks $$nb build/$$(basename $$nb) -p RESULTS recompute $(PARAMS) || exit 1; \
 	done
 	$(BIN)/python -m speclib.report
 
@@ -35,7 +35,12 @@ test: venv
 
 lab: venv
 	$(BIN)/python -m pip install -q -e ".[lab]"
-	$(BIN)/jupyter lab --notebook-dir=.
+	# JupyterLab refuses to start as root (containers, CI images) unless told it may
+	$(BIN)/jupyter lab --notebook-dir=. $$([ "$$(id -u)" = 0 ] && echo --allow-root)
+
+# every notebook in results mode "auto" (reads the committed results), then the HTML book in build/book/html/
+book: venv
+	$(BIN)/python -m speclib.book
 
 train: venv
 	$(BIN)/python -m speclib.train tokenizer

@@ -93,6 +93,31 @@ class Policy(torch.nn.Module):
         return torch.sigmoid(self.logits(x))
 
 
+def policies_table(policies: dict[str, Policy]) -> "pd.DataFrame":
+    """Every tensor of each policy as one row (policy, hidden, tensor, shape, values): how a notebook
+    saves trained policies beside its results (`speclib.study`) and reads them back with
+    `policies_from_table`, exactly."""
+    import pandas as pd
+    rows = []
+    for name, pol in policies.items():
+        hidden = pol.net[0].out_features if isinstance(pol.net, torch.nn.Sequential) else 0
+        for key, t in pol.state_dict().items():
+            rows.append(dict(policy=name, hidden=hidden, tensor=key, shape=list(t.shape),
+                             values=t.detach().double().flatten().tolist()))
+    return pd.DataFrame(rows)
+
+
+def policies_from_table(table) -> dict[str, Policy]:
+    """The policies saved by `policies_table`."""
+    out = {}
+    for name, g in table.groupby("policy", sort=False):
+        pol = Policy(hidden=int(g.hidden.iloc[0]))
+        pol.load_state_dict({r.tensor: torch.tensor(list(r.values), dtype=torch.float32).reshape(tuple(int(x) for x in r.shape))
+                             for r in g.itertuples()})
+        out[name] = pol.eval()
+    return out
+
+
 def fit_supervised(policy: Policy, x: torch.Tensor, y: torch.Tensor, steps: int = 300, lr: float = 0.02,
                    weight_decay: float = 1e-3) -> list[float]:
     """Full-batch Adam on binary cross-entropy (classes balanced by weight); returns the loss curve.

@@ -19,6 +19,8 @@ import tempfile
 from pathlib import Path
 
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from .device import REPO
 
@@ -68,9 +70,10 @@ def path(name: str, root: str | Path | None = None) -> Path:
     return _dir(root) / (name + SUFFIX)
 
 
-def save(df: pd.DataFrame, name: str, root: str | Path | None = None) -> Path:
+def save(df: pd.DataFrame, name: str, root: str | Path | None = None, metadata: dict[str, str] | None = None) -> Path:
     """Write `df` with a `git_sha` column added (overwriting any existing one) to
-    `<root>/<name>.parquet`, atomically. Returns the path written."""
+    `<root>/<name>.parquet`, atomically; `metadata` goes into the file's parquet key-value metadata
+    (`speclib.study` tags each table with the step that produced it). Returns the path written."""
     if not isinstance(df, pd.DataFrame):
         raise TypeError(f"df must be a pandas DataFrame, got {type(df).__name__}")
     out = path(name, root)
@@ -79,7 +82,11 @@ def save(df: pd.DataFrame, name: str, root: str | Path | None = None) -> Path:
     fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.stem}.", suffix=".tmp")
     os.close(fd)
     try:
-        df.to_parquet(tmp)
+        table = pa.Table.from_pandas(df)
+        if metadata:
+            table = table.replace_schema_metadata({**(table.schema.metadata or {}),
+                                                   **{k.encode(): v.encode() for k, v in metadata.items()}})
+        pq.write_table(table, tmp)
         os.chmod(tmp, 0o644)              # mkstemp makes 0600; results are ordinary readable files
         os.replace(tmp, out)
     except BaseException:

@@ -41,3 +41,28 @@ def pair():
 @pytest.fixture(scope="session")
 def shipped():
     return speclib.load("code-target"), speclib.load("code-draft")
+
+
+@pytest.fixture(scope="session")
+def smoke_run(tmp_path_factory):
+    """`smoke_run("01_baseline")` runs that notebook with SMOKE=True once per test session and returns
+    the folder holding the executed notebook (`01_baseline.ipynb`) and its results/ and figures/."""
+    from speclib.device import REPO
+    from speclib.notebooks import run
+    root = tmp_path_factory.mktemp("smoke")
+    done = set()
+
+    def run_once(name: str):
+        if name not in done:
+            before = os.environ.get("SPECLIB_OUT")
+            os.environ["SPECLIB_OUT"] = str(root)           # the notebook's kernel inherits it
+            try:
+                run(REPO / "notebooks" / f"{name}.ipynb", root / f"{name}.ipynb", {"SMOKE": True})
+            finally:
+                if before is None:
+                    os.environ.pop("SPECLIB_OUT", None)
+                else:
+                    os.environ["SPECLIB_OUT"] = before
+            done.add(name)
+        return root
+    return run_once

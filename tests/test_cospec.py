@@ -143,3 +143,17 @@ def test_arbiter_refuses_trees_and_missing_logits():
         Arbiter()(tree, p, True, None, logits=p)
     with pytest.raises(ValueError, match="raw logits"):
         Arbiter()(speclib.Tree.chain([1, 2]), p, True, None)
+
+
+def test_policies_survive_a_parquet_round_trip(tmp_path):
+    import pandas as pd
+    from speclib.cospec import FEATURES, Policy, policies_from_table, policies_table
+    torch.manual_seed(0)
+    pols = {"judge": Policy(hidden=0), "arbiter": Policy(hidden=5)}
+    pols["arbiter"].standardize_on(torch.randn(20, len(FEATURES)))
+    pols["arbiter"].bias_shift.fill_(0.25)
+    policies_table(pols).to_parquet(tmp_path / "p.parquet")
+    back = policies_from_table(pd.read_parquet(tmp_path / "p.parquet"))
+    x = torch.randn(7, len(FEATURES))
+    for name, pol in pols.items():
+        assert torch.equal(back[name](x), pol(x)), name

@@ -1,7 +1,10 @@
 """Every notebook, SMOKE=True, through papermill; its results must exist and make sense.
-Outputs go to a temporary folder (SPECLIB_OUT, which the notebook kernels inherit), never to the
-committed data/ and figures/. Timings are never asserted: the checks are on what a bug would break
+Each notebook runs once per session (the `smoke_run` fixture of conftest.py, shared with the book
+test); outputs go to a temporary folder (SPECLIB_OUT, which the notebook kernels inherit), never to
+the committed data/ and figures/. Timings are never asserted: the checks are on what a bug would break
 (a table's rows, an estimate inside its own CI, a ratio recomputed from the saved raw rows)."""
+import json
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -36,9 +39,8 @@ def test_unknown_parameter_is_refused(out):
 
 
 @needs_shipped
-def test_01_baseline_smoke(out):
-    from speclib.notebooks import run
-    run(REPO / "notebooks/01_baseline.ipynb", out / "01.ipynb", {"SMOKE": True})
+def test_01_baseline_smoke(smoke_run, monkeypatch):
+    out = smoke_run("01_baseline")
     res = out / "results" / "01_baseline"
     exact = pd.read_parquet(res / "exact_math.parquet")
     assert exact[exact.rule == "lossless"].max_abs_error.dropna().max() < 1e-9
@@ -66,14 +68,23 @@ def test_01_baseline_smoke(out):
     assert np.allclose(speed.set_index(["mode", "split", "K"]).speedup.loc[want.index], want)
     chi = pd.read_parquet(res / "chi2.parquet")
     assert chi[chi.method == "speclib"].p.between(0, 1).all()
-    for name in ["exact_math", "chi2", "speedup", "acceptance", "assisted"]:
-        assert (out / "figures" / f"01_baseline_{name}.png").stat().st_size > 10_000
+    figures = {name: (out / "figures" / f"01_baseline_{name}.png").read_bytes()
+               for name in ["exact_math", "chi2", "speedup", "acceptance", "assisted"]}
+    assert all(len(b) > 10_000 for b in figures.values())
+    # results mode "reuse": nothing is computed again, and every figure is drawn identically from the saved steps
+    from speclib.notebooks import run
+    monkeypatch.setenv("SPECLIB_OUT", str(out))
+    run(REPO / "notebooks/01_baseline.ipynb", out / "reuse_01_baseline.ipynb", {"SMOKE": True, "RESULTS": "reuse"})
+    for name, before in figures.items():
+        assert (out / "figures" / f"01_baseline_{name}.png").read_bytes() == before, name
+    steps = [json.loads(p.read_text()) for p in sorted(res.glob("*.step.json"))]
+    assert {s["step"] for s in steps} == {"cost", "exact_math", "chi2", "runs", "transformers_generate", "assisted"}
+    assert all(s["params"]["SMOKE"] is True and s["seconds"] > 0 for s in steps)
 
 
 @needs_shipped
-def test_03_tree_hybrid_smoke(out):
-    from speclib.notebooks import run
-    run(REPO / "notebooks/03_tree_hybrid.ipynb", out / "03.ipynb", {"SMOKE": True})
+def test_03_tree_hybrid_smoke(smoke_run):
+    out = smoke_run("03_tree_hybrid")
     res = out / "results" / "03_tree_hybrid"
     layer = pd.read_parquet(res / "layer.parquet")
     assert (layer.materialize_bytes > layer.closed_form_fp32_bytes).all()
@@ -128,9 +139,8 @@ def test_03_tree_hybrid_smoke(out):
 
 
 @needs_shipped
-def test_02_cache_hybrid_smoke(out):
-    from speclib.notebooks import run
-    run(REPO / "notebooks/02_cache_hybrid.ipynb", out / "02.ipynb", {"SMOKE": True})
+def test_02_cache_hybrid_smoke(smoke_run):
+    out = smoke_run("02_cache_hybrid")
     res = out / "results" / "02_cache_hybrid"
     speed = pd.read_parquet(res / "speedup.parquet")
     assert {"model", "prompt lookup", "suffix", "ArcticInference rule", "SAM rule", "HVD (ours)",
@@ -171,9 +181,8 @@ def test_02_cache_hybrid_smoke(out):
 
 @pytest.mark.skipif(not {"math-target", "math-draft"} <= set(__import__("speclib").checkpoints()),
                     reason="math pair missing (python -m speclib.train model math-target / math-draft)")
-def test_04_cospec_rl_smoke(out):
-    from speclib.notebooks import run
-    run(REPO / "notebooks/04_cospec_rl.ipynb", out / "04.ipynb", {"SMOKE": True})
+def test_04_cospec_rl_smoke(smoke_run):
+    out = smoke_run("04_cospec_rl")
     res = out / "results" / "04_cospec_rl"
     m = pd.read_parquet(res / "methods.parquet").set_index("method")
     assert {"target AR", "draft AR", "lossless SD", "AutoJudge (classifier)", "CoSpec (RL)",
@@ -204,10 +213,9 @@ def test_04_cospec_rl_smoke(out):
 
 
 @needs_shipped
-def test_05_backend_latency_smoke(out):
+def test_05_backend_latency_smoke(smoke_run):
     """Runs whichever of the smoke backends are installed (llama.cpp is optional: `make figures` installs it)."""
-    from speclib.notebooks import run
-    run(REPO / "notebooks/05_backend_latency.ipynb", out / "05.ipynb", {"SMOKE": True})
+    out = smoke_run("05_backend_latency")
     res = out / "results" / "05_backend_latency"
     lat = pd.read_parquet(res / "latency.parquet")
     assert {"torch", "torch-int8", "serial:torch"} <= set(lat.backend)

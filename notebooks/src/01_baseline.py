@@ -34,6 +34,19 @@
 # decoding is assumed. The proofs behind each section are in [the lossless rule](../docs/lossless.md),
 # [the statistics notes](../docs/statistics.md) and [the analytic model](../docs/analytic_model.md).
 #
+# **How long it takes.** The parameter `RESULTS` decides. With `"auto"` (the default) every expensive
+# step (the cost profile, the exact-math check, the chi-square samples, the timed runs, the
+# `transformers` comparison) is read from `data/results/` when it was saved with the same parameters,
+# and computed otherwise: with the shipped parameters the notebook draws every figure and table from
+# the saved results in about a minute. `"recompute"` computes every step, about an hour on 2 CPU
+# cores, most of it the timed runs of section 4; `"reuse"` never computes, and stops with an error
+# that names the step and the parameters that differ when its saved results do not match. Changing
+# one parameter recomputes only the steps that use it (exercise 5 recomputes the chi-square step
+# alone). A run whose parameters differ from the shipped ones writes its results and figures under
+# `build/unpublished/01_baseline/…` (the setup cell prints where), never over the shipped ones.
+# The table at the end of section 6 lists each step, whether this run computed or reused it, and how
+# long it took when it was computed.
+#
 # **Notation** (the same everywhere in speclib):
 #
 # | symbol | meaning |
@@ -86,6 +99,8 @@ CHI2_K = 4             # draft length used for the chi-square samples
 N_CALIBRATION = 200    # AR-vs-AR random splits for the null calibration
 N_EXACT_PAIRS = 2000   # random (p, q) pairs for the exact-math table
 LATENCY_REPEATS = 30
+RESULTS = "auto"       # auto: reuse results saved with these parameters, else compute; "recompute"; "reuse"
+PUBLISH = False        # True: a run with non-default parameters also replaces data/results and figures/
 
 # %% [markdown]
 # ### Parameters and setup
@@ -112,6 +127,7 @@ import speclib
 from speclib import ModelDrafter, Sampling, generate, bench, data, results, stats
 from speclib.acceptance import output_distribution
 from speclib.plotting import savefig, style
+from speclib.study import Study
 
 if SMOKE:
     K_MAX, N_PILOT, N_PROMPTS, ROUNDS, MAX_NEW_TOKENS = 3, 2, 2, 2, 24
@@ -131,8 +147,10 @@ prompt_rows = [r for pair in zip(stdlib_rows, humaneval_rows) for r in pair][:n_
 prompts = [target.encode(r["prompt"]) for r in prompt_rows]
 pilot_prompts, report_prompts = prompts[:N_PILOT], prompts[N_PILOT:]
 meta = dict(seed=SEED, device=dev, threads=threads, target=TARGET, draft=DRAFT, smoke=SMOKE)
+study = Study(NB, globals(), mode=RESULTS, publish=PUBLISH, always=dict(SMOKE=SMOKE))
 print(f"{len(pilot_prompts)} pilot + {len(report_prompts)} reported prompts, {np.mean([len(p) for p in prompts]):.0f} "
-      f"tokens on average; device {dev}, {threads} torch thread(s)")
+      f"tokens on average; device {dev}, {threads} torch thread(s); results mode {RESULTS!r}: this run {study.where()}")
+PROMPT_PARAMS = ["N_PILOT", "N_PROMPTS"]      # the prompt sets depend on these
 
 # %% [markdown]
 # ## 1 · The pair
@@ -171,13 +189,19 @@ print(f"{len(pilot_prompts)} pilot + {len(report_prompts)} reported prompts, {np
 def card(lm):
     return json.loads((lm.path / "training.json").read_text())
 
-prof = bench.cost_profile(target, draft, KS, prefix_len=128, repeats=LATENCY_REPEATS)
-models = pd.DataFrame([
-    dict(role="target", **card(target), latency_ms=prof["target_1"] * 1e3),
-    dict(role="draft", **card(draft), latency_ms=prof["draft_1"] * 1e3)])
-results.save(models.assign(**meta), f"{NB}/models")
-cost = pd.DataFrame([dict(K=k, v=prof["v"][k], c=prof["c"]) for k in KS]).assign(**meta)
-results.save(cost, f"{NB}/cost")
+def measure_costs():
+    prof = bench.cost_profile(target, draft, KS, prefix_len=128, repeats=LATENCY_REPEATS)
+    models = pd.DataFrame([
+        dict(role="target", **card(target), latency_ms=prof["target_1"] * 1e3),
+        dict(role="draft", **card(draft), latency_ms=prof["draft_1"] * 1e3)])
+    cost = pd.DataFrame([dict(K=k, v=prof["v"][k], c=prof["c"]) for k in KS])
+    return {"models": models.assign(**meta), "cost": cost.assign(**meta)}
+
+
+saved = study.step("cost", measure_costs, uses=["TARGET", "DRAFT", "K_MAX", "LATENCY_REPEATS", "THREADS"])
+models, cost = saved["models"], saved["cost"]
+prof = dict(target_1=models.latency_ms[0] / 1e3, draft_1=models.latency_ms[1] / 1e3, c=cost.c[0],
+            v=dict(zip(cost.K, cost.v)))
 v_text = ", ".join(f"{prof['v'][k]:.2f}" for k in KS)
 display(models[["role", "name", "parameters", "heldout_loss", "tokens_seen", "train_minutes", "latency_ms"]])
 display(Markdown(
@@ -251,37 +275,44 @@ def raw_q_bug(p, q_drawn, q_raw):
     r = (p - q_raw).clamp_min(0)
     return acc + (1 - acc.sum()) * r / r.sum()
 
-gen = torch.Generator().manual_seed(SEED)
-rows = []
-for family, v, zp, zq in [("dense", 16, 0, 0), ("q zero where p > 0", 16, 0, 8), ("p zero where q > 0", 16, 8, 0),
-                          ("both sparse", 256, 200, 200), ("full vocabulary", 4096, 0, 0)]:
-    n = max(10, N_EXACT_PAIRS // 5)
-    errs = []
-    for _ in range(n):
-        p, q = random_pair(v, gen, zp, zq)
-        errs.append(float((output_distribution(p, q) - p).abs().max()))
-    rows.append(dict(family=family, vocab=v, pairs=n, rule="lossless", max_abs_error=max(errs)))
+def exact_math():
+    gen = torch.Generator().manual_seed(SEED)
+    rows = []
+    for family, v, zp, zq in [("dense", 16, 0, 0), ("q zero where p > 0", 16, 0, 8), ("p zero where q > 0", 16, 8, 0),
+                              ("both sparse", 256, 200, 200), ("full vocabulary", 4096, 0, 0)]:
+        n = max(10, N_EXACT_PAIRS // 5)
+        errs = []
+        for _ in range(n):
+            p, q = random_pair(v, gen, zp, zq)
+            errs.append(float((output_distribution(p, q) - p).abs().max()))
+        rows.append(dict(family=family, vocab=v, pairs=n, rule="lossless", max_abs_error=max(errs)))
 
-# real distributions from the two models, processed with top-k 20 / top-p 0.95
-s_proc = Sampling(1.0, top_k=20, top_p=0.95)
-tv_ok, tv_bug = [], []
-for ids in prompts[: max(2, len(prompts) // 2)]:
-    with torch.inference_mode():
-        lp = target.model(input_ids=torch.tensor([ids], device=target.device)).logits[0].float().cpu()
-        lq = draft.model(input_ids=torch.tensor([ids], device=draft.device)).logits[0].float().cpu()
-    # float64 and renormalised, so the check measures the rule, not float32 round-off of the inputs
-    P, Q = speclib.sampling.probs(lp, s_proc).double(), speclib.sampling.probs(lq, s_proc).double()
-    P, Q = P / P.sum(-1, keepdim=True), Q / Q.sum(-1, keepdim=True)
-    Qraw = torch.softmax(lq.double(), -1)
-    for p, q, qr in zip(P, Q, Qraw):
-        tv_ok.append(0.5 * float((output_distribution(p, q) - p).abs().sum()))
-        tv_bug.append(0.5 * float((raw_q_bug(p, q, qr) - p).abs().sum()))
-rows.append(dict(family="real models, top-k 20 / top-p 0.95", vocab=target.vocab_size, pairs=len(tv_ok),
-                 rule="lossless", max_abs_error=None, max_tv=max(tv_ok)))
-rows.append(dict(family="real models, top-k 20 / top-p 0.95", vocab=target.vocab_size, pairs=len(tv_bug),
-                 rule="raw-q bug (#47932)", max_abs_error=None, max_tv=max(tv_bug)))
-exact = pd.DataFrame(rows).assign(**meta)
-results.save(exact, f"{NB}/exact_math")
+    # real distributions from the two models, processed with top-k 20 / top-p 0.95
+    s_proc = Sampling(1.0, top_k=20, top_p=0.95)
+    tv_ok, tv_bug = [], []
+    for ids in prompts[: max(2, len(prompts) // 2)]:
+        with torch.inference_mode():
+            lp = target.model(input_ids=torch.tensor([ids], device=target.device)).logits[0].float().cpu()
+            lq = draft.model(input_ids=torch.tensor([ids], device=draft.device)).logits[0].float().cpu()
+        # float64 and renormalised, so the check measures the rule, not float32 round-off of the inputs
+        P, Q = speclib.sampling.probs(lp, s_proc).double(), speclib.sampling.probs(lq, s_proc).double()
+        P, Q = P / P.sum(-1, keepdim=True), Q / Q.sum(-1, keepdim=True)
+        Qraw = torch.softmax(lq.double(), -1)
+        for p, q, qr in zip(P, Q, Qraw):
+            tv_ok.append(0.5 * float((output_distribution(p, q) - p).abs().sum()))
+            tv_bug.append(0.5 * float((raw_q_bug(p, q, qr) - p).abs().sum()))
+    rows.append(dict(family="real models, top-k 20 / top-p 0.95", vocab=target.vocab_size, pairs=len(tv_ok),
+                     rule="lossless", max_abs_error=None, max_tv=max(tv_ok)))
+    rows.append(dict(family="real models, top-k 20 / top-p 0.95", vocab=target.vocab_size, pairs=len(tv_bug),
+                     rule="raw-q bug (#47932)", max_abs_error=None, max_tv=max(tv_bug)))
+    tv = pd.DataFrame({"rule": ["lossless"] * len(tv_ok) + ["raw-q bug (#47932)"] * len(tv_bug), "tv": tv_ok + tv_bug})
+    return {"exact_math": pd.DataFrame(rows).assign(**meta), "exact_tv": tv.assign(**meta)}
+
+
+saved = study.step("exact_math", exact_math, uses=["SEED", "N_EXACT_PAIRS", "TARGET", "DRAFT"] + PROMPT_PARAMS)
+exact, tv = saved["exact_math"], saved["exact_tv"]
+tv_ok, tv_bug = tv[tv.rule == "lossless"].tv.to_numpy(), tv[tv.rule != "lossless"].tv.to_numpy()
+random_rows = exact[~exact.family.str.startswith("real models")]
 display(exact.drop(columns=list(meta)))
 
 fig, ax = plt.subplots(figsize=(6.4, 3.4))
@@ -292,8 +323,8 @@ ax.set(xlabel="total variation between emitted and target distribution", ylabel=
        title="Exact output distribution at each position of the prompts")
 ax.legend(); savefig(fig, f"{NB}_exact_math"); plt.show()
 display(Markdown(
-    f"Over {sum(r['pairs'] for r in rows[:5])} random pairs the largest deviation from `p` is "
-    f"{max(r['max_abs_error'] for r in rows[:5]):.1e} (float64 round-off). On {len(tv_ok)} real positions "
+    f"Over {random_rows.pairs.sum()} random pairs the largest deviation from `p` is "
+    f"{random_rows.max_abs_error.max():.1e} (float64 round-off). On {len(tv_ok)} real positions "
     f"the lossless rule stays within total variation {max(tv_ok):.1e} of the target, while the raw-q bug "
     f"reaches {max(tv_bug):.3f} (median {np.median(tv_bug):.3f})."))
 
@@ -364,27 +395,32 @@ def sample_pairs(sampling, n_tokens, seed0):
     bar.close()
     return ar_runs, sd_runs
 
-chi_rows, calib_rows = [], []
-for name, s in [("temperature 1", T1), ("temperature 1, top-k 50, top-p 0.9", Sampling(1.0, top_k=50, top_p=0.9))]:
-    ar_runs, sd_runs = sample_pairs(s, CHI2_TOKENS, SEED * 10**6)
-    n_runs = len(ar_runs)
-    r = stats.run_permutation_test(ar_runs, sd_runs, n_perm=999, paired=True, seed=SEED)
-    chi_rows.append(dict(setting=name, method="speclib", chi2=r.chi2, dof=r.dof, p=r.p_asymptotic,
-                         p_permutation=r.p_permutation, tokens_ar=r.n_a, tokens_sd=r.n_b, runs=n_runs))
-    rng = np.random.default_rng(SEED)
-    for trial in range(N_CALIBRATION):
-        perm = rng.permutation(n_runs)
-        a, b = [ar_runs[j] for j in perm[: n_runs // 2]], [ar_runs[j] for j in perm[n_runs // 2:]]
-        try:
-            c = stats.run_permutation_test(a, b, n_perm=99, paired=False, seed=trial)
-            calib_rows.append(dict(setting=name, trial=trial, p_asymptotic=c.p_asymptotic, p_permutation=c.p_permutation))
-        except ValueError:      # a split too small to keep two bins (smoke sizes only)
-            pass
-chi_rows.append(dict(setting="seed study (SpecLA)", method="reference", chi2=162.5, dof=200, p=0.976,
-                     p_permutation=np.nan, tokens_ar=9200, tokens_sd=9200, runs=np.nan))
-chi = pd.DataFrame(chi_rows).assign(**meta)
-calib = pd.DataFrame(calib_rows).assign(**meta)
-results.save(chi, f"{NB}/chi2"); results.save(calib, f"{NB}/calibration")
+def chi_square():
+    chi_rows, calib_rows = [], []
+    for name, s in [("temperature 1", T1), ("temperature 1, top-k 50, top-p 0.9", Sampling(1.0, top_k=50, top_p=0.9))]:
+        ar_runs, sd_runs = sample_pairs(s, CHI2_TOKENS, SEED * 10**6)
+        n_runs = len(ar_runs)
+        r = stats.run_permutation_test(ar_runs, sd_runs, n_perm=999, paired=True, seed=SEED)
+        chi_rows.append(dict(setting=name, method="speclib", chi2=r.chi2, dof=r.dof, p=r.p_asymptotic,
+                             p_permutation=r.p_permutation, tokens_ar=r.n_a, tokens_sd=r.n_b, runs=n_runs))
+        rng = np.random.default_rng(SEED)
+        for trial in range(N_CALIBRATION):
+            perm = rng.permutation(n_runs)
+            a, b = [ar_runs[j] for j in perm[: n_runs // 2]], [ar_runs[j] for j in perm[n_runs // 2:]]
+            try:
+                c = stats.run_permutation_test(a, b, n_perm=99, paired=False, seed=trial)
+                calib_rows.append(dict(setting=name, trial=trial, p_asymptotic=c.p_asymptotic, p_permutation=c.p_permutation))
+            except ValueError:      # a split too small to keep two bins (smoke sizes only)
+                pass
+    chi_rows.append(dict(setting="seed study (SpecLA)", method="reference", chi2=162.5, dof=200, p=0.976,
+                         p_permutation=np.nan, tokens_ar=9200, tokens_sd=9200, runs=np.nan))
+    chi = pd.DataFrame(chi_rows).assign(**meta)
+    calib = pd.DataFrame(calib_rows).assign(**meta)
+    return {"chi2": chi, "calibration": calib}
+
+
+saved = study.step("chi2", chi_square, uses=["SEED", "CHI2_TOKENS", "CHI2_K", "N_CALIBRATION", "TARGET", "DRAFT"] + PROMPT_PARAMS)
+chi, calib = saved["chi2"], saved["calibration"]
 display(chi.drop(columns=list(meta)))
 
 fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
@@ -477,15 +513,20 @@ display(Markdown("; ".join(
 # than the differences between K (too noisy to conclude anything: raise `ROUNDS`).
 
 # %%
-frames = []
-for mode, s in [("greedy", GREEDY), ("temperature 1", T1)]:
-    methods = bench.chain_methods(target, draft, KS, MAX_NEW_TOKENS, s, seed=SEED)
-    for split, ps, rounds in [("pilot", pilot_prompts, 1), ("report", report_prompts, ROUNDS)]:
-        r = bench.paired_runs(ps, methods, rounds=rounds, progress=tqdm)
-        frames.append(r.assign(mode=mode, split=split))
-runs = pd.concat(frames, ignore_index=True)
-runs["K"] = runs.method.str.extract(r"K=(\d+)", expand=False).fillna(0).astype(int)
-results.save(runs.assign(**meta), f"{NB}/runs")
+def timed_runs():
+    frames = []
+    for mode, s in [("greedy", GREEDY), ("temperature 1", T1)]:
+        methods = bench.chain_methods(target, draft, KS, MAX_NEW_TOKENS, s, seed=SEED)
+        for split, ps, rounds in [("pilot", pilot_prompts, 1), ("report", report_prompts, ROUNDS)]:
+            r = bench.paired_runs(ps, methods, rounds=rounds, progress=tqdm)
+            frames.append(r.assign(mode=mode, split=split))
+    runs = pd.concat(frames, ignore_index=True)
+    runs["K"] = runs.method.str.extract(r"K=(\d+)", expand=False).fillna(0).astype(int)
+    return runs.assign(**meta)
+
+
+runs = study.step("runs", timed_runs, uses=["TARGET", "DRAFT", "K_MAX", "ROUNDS", "THREADS", "MAX_NEW_TOKENS", "SEED"]
+                  + PROMPT_PARAMS)
 
 
 def speed_table(mode, split):
@@ -635,17 +676,26 @@ display(Markdown(
 # between draft calls and target calls, whose overheads differ between the two implementations.
 
 # %%
-plain_ok = []
-for ids in tqdm(report_prompts, desc="transformers generate"):
-    ar_tokens = generate(target, ids, MAX_NEW_TOKENS, sampling=GREEDY).tokens
-    with torch.inference_mode():
-        plain = target.model.generate(torch.tensor([ids], device=target.device), do_sample=False,
-                                      max_new_tokens=len(ar_tokens), pad_token_id=target.eos_token_id)
-    plain_ok.append(plain[0, len(ids):].tolist() == ar_tokens)
-hf = bench.paired_runs(report_prompts, bench.chain_methods(target, draft, KS, MAX_NEW_TOKENS, GREEDY, SEED, assisted=True),
-                       progress=tqdm)
-hf["K"] = hf.method.str.extract(r"K=(\d+)", expand=False).fillna(0).astype(int)
-results.save(hf.assign(**meta), f"{NB}/assisted")
+def transformers_generate():
+    rows = []
+    for i, ids in enumerate(tqdm(report_prompts, desc="transformers generate")):
+        ar_tokens = generate(target, ids, MAX_NEW_TOKENS, sampling=GREEDY).tokens
+        with torch.inference_mode():
+            plain = target.model.generate(torch.tensor([ids], device=target.device), do_sample=False,
+                                          max_new_tokens=len(ar_tokens), pad_token_id=target.eos_token_id)
+        rows.append(dict(prompt=i, tokens=len(ar_tokens), identical=plain[0, len(ids):].tolist() == ar_tokens))
+    return pd.DataFrame(rows).assign(**meta)
+
+
+def assisted_runs():
+    hf = bench.paired_runs(report_prompts, bench.chain_methods(target, draft, KS, MAX_NEW_TOKENS, GREEDY, SEED, assisted=True),
+                           progress=tqdm)
+    hf["K"] = hf.method.str.extract(r"K=(\d+)", expand=False).fillna(0).astype(int)
+    return hf.assign(**meta)
+
+
+plain_ok = study.step("transformers_generate", transformers_generate, uses=["TARGET", "MAX_NEW_TOKENS"] + PROMPT_PARAMS).identical
+hf = study.step("assisted", assisted_runs, uses=["TARGET", "DRAFT", "K_MAX", "THREADS", "MAX_NEW_TOKENS", "SEED"] + PROMPT_PARAMS)
 ratio = pd.DataFrame([dict(K=k, **bench.speedup(hf, f"SD K={k}", reference=f"assisted K={k}", seed=SEED)) for k in KS])
 greedy_sd = runs[(runs["mode"] == "greedy") & (runs.K > 0)]
 assisted = hf[hf.method.str.startswith("assisted")]
@@ -713,6 +763,15 @@ display(Markdown(
     f"and the verify pass's growth with K, not acceptance alone, cap the speedup on this machine."))
 
 # %% [markdown]
+# ### This run's steps
+# Each expensive step above, whether this run computed it or read it from saved results (and from
+# which commit), and how long it took when it was computed. A step recorded from results made before
+# steps were timed shows no time.
+
+# %%
+display(study.summary())
+
+# %% [markdown]
 # ## What to take away
 #
 # * **Exactness is a property of the rule, not of the draft.** Any `q` yields the target's
@@ -741,20 +800,20 @@ display(Markdown(
 # %% [markdown]
 # ## Exercises
 #
-# Each exercise reruns the whole notebook headlessly with changed parameters, from the repository
-# root (`speclib.notebooks` refuses unknown parameter names before anything runs). The
-# `SPECLIB_OUT=$PWD/build/...` prefix sends the run's results and figures to that folder instead of
-# replacing the shipped ones in `data/results/` and `figures/`; it must be an absolute path, because
-# the notebook runs from `notebooks/`. A run takes about as long as the shipped one unless sizes are
-# reduced; `-p SMOKE True` checks a setup quickly but overrides the size parameters (`K_MAX`,
-# `N_PROMPTS`, `CHI2_TOKENS`, ...), so do not combine it with them. Temperature is fixed per section
+# Each exercise reruns the notebook headlessly with changed parameters, from the repository root
+# (`speclib.notebooks` refuses unknown parameter names before anything runs); in JupyterLab, change
+# the parameters cell instead. A run with changed parameters writes its results and figures under
+# `build/unpublished/01_baseline/<hash>/`, leaving the shipped ones in `data/results/` and `figures/`
+# alone, and in the default results mode it recomputes only the steps whose parameters changed; the
+# rest is read from the shipped results. `-p SMOKE True` checks a setup quickly but overrides the
+# size parameters (`K_MAX`, `N_PROMPTS`, `CHI2_TOKENS`, ...), so do not combine it with them. Temperature is fixed per section
 # (greedy and 1 in section 4, 1 in section 3), so it is not a parameter. Predict the outcome before
 # running, then compare the generated text cells with this notebook's.
 #
 # 1. **Longer drafts.**
 #
 #    ```bash
-#    SPECLIB_OUT=$PWD/build/ex_k .venv/bin/python -m speclib.notebooks notebooks/01_baseline.ipynb build/01_k.ipynb -p K_MAX 12 -p N_PROMPTS 6
+#    .venv/bin/python -m speclib.notebooks notebooks/01_baseline.ipynb build/01_k.ipynb -p K_MAX 12 -p N_PROMPTS 6
 #    ```
 #
 #    *Look for:* whether the speedup curve turns down beyond the default range and whether the in-loop
@@ -767,7 +826,7 @@ display(Markdown(
 # 2. **A draft from another domain.**
 #
 #    ```bash
-#    SPECLIB_OUT=$PWD/build/ex_mathdraft .venv/bin/python -m speclib.notebooks notebooks/01_baseline.ipynb build/01_mathdraft.ipynb -p DRAFT math-draft
+#    .venv/bin/python -m speclib.notebooks notebooks/01_baseline.ipynb build/01_mathdraft.ipynb -p DRAFT math-draft
 #    ```
 #
 #    `math-draft` shares the tokenizer with `code-target` but was trained only on arithmetic problems.
@@ -781,7 +840,7 @@ display(Markdown(
 # 3. **The draft is the target.**
 #
 #    ```bash
-#    SPECLIB_OUT=$PWD/build/ex_self .venv/bin/python -m speclib.notebooks notebooks/01_baseline.ipynb build/01_self.ipynb -p DRAFT code-target
+#    .venv/bin/python -m speclib.notebooks notebooks/01_baseline.ipynb build/01_self.ipynb -p DRAFT code-target
 #    ```
 #
 #    *Look for:* acceptance at or next to 1 in both modes, `c` near 1, and a speedup below 1 at every K
@@ -793,7 +852,7 @@ display(Markdown(
 # 4. **Two threads.**
 #
 #    ```bash
-#    SPECLIB_OUT=$PWD/build/ex_threads .venv/bin/python -m speclib.notebooks notebooks/01_baseline.ipynb build/01_threads.ipynb -p THREADS 2
+#    .venv/bin/python -m speclib.notebooks notebooks/01_baseline.ipynb build/01_threads.ipynb -p THREADS 2
 #    ```
 #
 #    Or use `-p THREADS 0` for every CPU the process may use. *Look for:* `c` and `v(K)`, both bare and
@@ -806,7 +865,7 @@ display(Markdown(
 # 5. **Less data for the chi-square test, finer calibration.**
 #
 #    ```bash
-#    SPECLIB_OUT=$PWD/build/ex_chi2 .venv/bin/python -m speclib.notebooks notebooks/01_baseline.ipynb build/01_chi2.ipynb -p CHI2_TOKENS 2300 -p N_CALIBRATION 400
+#    .venv/bin/python -m speclib.notebooks notebooks/01_baseline.ipynb build/01_chi2.ipynb -p CHI2_TOKENS 2300 -p N_CALIBRATION 400
 #    ```
 #
 #    *Look for:* whether the textbook test still over-rejects the AR-vs-AR splits with a quarter of the

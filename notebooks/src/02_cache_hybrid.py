@@ -39,6 +39,32 @@
 # and why paired ratios, is in [the statistics notes](../docs/statistics.md)). Every number in the text
 # cells below the figures is read from this run's results, not typed in.
 
+# %% [markdown]
+# ## About this notebook
+#
+# **What you will learn.**
+#
+# * How parameter-free drafts work: prompt lookup (copy what followed the last matching n-gram of the
+#   context) and suffix trees (continuations seen in this request and earlier ones, with counts).
+# * Why a draft source is a scheduling choice, judged in tokens per second, and never a quality one.
+# * How to predict a cache draft's payoff before verifying it, how to check such a predictor on
+#   unseen prompts (rank correlation, calibration), and how a per-step choice between cache and model
+#   drafts (hybrid verified decoding, HVD) compares with fixed sources and published rules.
+# * How to compare policies fairly: the same prompts, paired ratios, intervals over prompts.
+#
+# **What to know first.** Notebook 01: the lossless rule (any draft keeps the output exact), `E`,
+# `c`, `v(K)` and the workbook's speedup estimator. Nothing about suffix trees or neural predictors is
+# assumed; the predictor is a small multilayer perceptron fitted by gradient descent.
+#
+# **How long it takes.** With `RESULTS = "auto"` (the default) and the shipped parameters every step
+# (the bare timings, the logged fit and evaluation runs, the end-to-end policy runs) is read from
+# `data/results/`; only the payoff predictor is refitted (seconds) and the notebook draws everything
+# in about a minute. `"recompute"` runs every step: about 20 minutes on 2 CPU cores, most of it the
+# policy runs of section 4. Changing a parameter recomputes only the steps that use it; a run whose
+# parameters differ from the shipped ones writes under `build/unpublished/02_cache_hybrid/…`.
+# `"reuse"` never computes, and names the step and the parameters that differ when it cannot reuse.
+# The table at the end of section 5 lists each step and how long it took when it was computed.
+
 # %%
 SMOKE = False           # True: tiny sizes, the whole notebook in under ~2 minutes on 2 CPU cores
 SEED = 0
@@ -53,6 +79,8 @@ K = 4                   # model drafter length
 MAX_SPEC = 16           # longest cache draft
 LATENCY_REPEATS = 25
 THREADS = 1             # torch threads (0: every CPU this process may use); 1 keeps T(n) smooth on 2 cores (notebook 05)
+RESULTS = "auto"        # auto: reuse results saved with these parameters, else compute; "recompute"; "reuse"
+PUBLISH = False         # True: a run with non-default parameters also replaces data/results and figures/
 
 # %%
 import time
@@ -70,6 +98,7 @@ from speclib import (HybridDrafter, ModelDrafter, PromptLookupDrafter, Sampling,
                      generate, results)
 from speclib.drafters.hybrid import FEATURES, Costs, PayoffPredictor
 from speclib.plotting import savefig, style
+from speclib.study import Study
 
 if SMOKE:
     WORKLOADS, N_FIT, N_EVAL, MAX_NEW_TOKENS, LATENCY_REPEATS = ["agentic_edit", "code_humaneval"], 2, 2, 32, 3
@@ -86,7 +115,10 @@ for w in WORKLOADS:
     rows = data.load_workload(w, N_FIT + N_EVAL)
     ids = [target.encode(r["prompt"])[-(target.max_length - MAX_NEW_TOKENS - MAX_SPEC - 8):] for r in rows]
     prompts[w] = {"fit": ids[:N_FIT], "eval": ids[N_FIT:N_FIT + N_EVAL]}
-print({w: (len(p["fit"]), len(p["eval"])) for w, p in prompts.items()}, "device", dev)
+study = Study(NB, globals(), mode=RESULTS, publish=PUBLISH, always=dict(SMOKE=SMOKE))
+PROMPTS = ["TARGET", "WORKLOADS", "N_FIT", "N_EVAL", "MAX_NEW_TOKENS", "MAX_SPEC"]    # the prompt sets and their lengths
+print({w: (len(p["fit"]), len(p["eval"])) for w, p in prompts.items()}, f"device {dev}; results mode {RESULTS!r}: "
+      f"this run {study.where()}")
 
 # %% [markdown]
 # ## 1 · What a step costs
@@ -108,7 +140,11 @@ print({w: (len(p["fit"]), len(p["eval"])) for w, p in prompts.items()}, "device"
 # %%
 ns = list(range(1, MAX_SPEC + 2))
 prefix = int(np.median([len(x) for p in prompts.values() for x in p["eval"]]))
-lat = bench.latencies([(target, n) for n in ns] + [(draft, 1)], prefix_len=prefix, repeats=LATENCY_REPEATS)
+bare = study.step("latency", lambda: pd.DataFrame(dict(
+    n=ns + [1], model=["target"] * len(ns) + ["draft"], prefix_len=prefix,
+    seconds=bench.latencies([(target, n) for n in ns] + [(draft, 1)], prefix_len=prefix, repeats=LATENCY_REPEATS))).assign(**meta),
+    uses=PROMPTS + ["DRAFT", "LATENCY_REPEATS", "THREADS"])
+lat = bare.seconds.tolist()               # T(1..MAX_SPEC + 1) of the target, then one draft-model token
 display(Markdown(
     f"Bare forward at a {prefix}-token prefix: T(1) = {lat[0] * 1e3:.1f} ms, T({MAX_SPEC + 1}) = {lat[-2] * 1e3:.1f} ms "
     f"({lat[-2] / lat[0]:.2f}x); one draft-model token {lat[-1] * 1e3:.2f} ms (c = {lat[-1] / lat[0]:.3f})."))
@@ -159,12 +195,22 @@ def cache_logs(split):
                 rows += [dict(workload=w, prompt=pi, **s) for s in d.log if s["drafted"] > 0]
     return pd.DataFrame(rows), steps, outputs
 
-fit_logs, fit_cache_steps, _ = cache_logs("fit")
-# the model drafter's per-token acceptance on the same fit prompts: HVD's prior for the model side
-fit_steps = []
-for w in WORKLOADS:
-    for ids in prompts[w]["fit"]:
-        fit_steps += generate(target, ids, MAX_NEW_TOKENS, drafter=ModelDrafter(draft, K), sampling=GREEDY).stats["steps"]
+def fit_logs_and_steps():
+    fit_logs, fit_cache_steps, _ = cache_logs("fit")
+    # the model drafter's per-token acceptance on the same fit prompts: HVD's prior for the model side
+    fit_steps = []
+    for w in WORKLOADS:
+        for ids in prompts[w]["fit"]:
+            fit_steps += generate(target, ids, MAX_NEW_TOKENS, drafter=ModelDrafter(draft, K), sampling=GREEDY).stats["steps"]
+    steps = pd.DataFrame(fit_cache_steps + fit_steps).assign(drafter=["cache"] * len(fit_cache_steps) + ["model"] * len(fit_steps))
+    return {"fit_logs": fit_logs.assign(**meta), "fit_steps": steps.assign(**meta)}
+
+
+saved = study.step("fit", fit_logs_and_steps, uses=PROMPTS + ["DRAFT", "K", "THREADS"])
+fit_logs = saved["fit_logs"]
+step_records = saved["fit_steps"].drop(columns=list(meta) + ["git_sha"]).to_dict("records")
+fit_cache_steps = [r for r in step_records if r["drafter"] == "cache"]
+fit_steps = [r for r in step_records if r["drafter"] == "model"]
 model_prior = bench.token_acceptance(fit_steps)
 print(f"model drafter per-token acceptance on the fit prompts: {model_prior:.3f}")
 costs = Costs.from_steps(fit_cache_steps + fit_steps)
@@ -228,7 +274,17 @@ display(Markdown(
 
 # %%
 predictor = PayoffPredictor(seed=SEED).fit(fit_logs[list(FEATURES)].to_numpy(), fit_logs.accepted.to_numpy())
-eval_logs, _, eval_outputs = cache_logs("eval")
+
+
+def eval_logs_and_outputs():
+    eval_logs, _, outputs = cache_logs("eval")
+    out = pd.DataFrame([dict(workload=w, prompt=i, tokens=t) for (w, i), t in outputs.items()])
+    return {"eval_logs": eval_logs.assign(**meta), "eval_outputs": out.assign(**meta)}
+
+
+saved = study.step("eval", eval_logs_and_outputs, uses=PROMPTS + ["DRAFT", "K", "THREADS"])
+eval_logs = saved["eval_logs"].drop(columns=list(meta) + ["git_sha"])
+eval_outputs = {(r.workload, r.prompt): [int(t) for t in r.tokens] for r in saved["eval_outputs"].itertuples()}
 eval_logs["predicted"] = predictor.predict(eval_logs[list(FEATURES)].to_numpy())
 rho = spearmanr(eval_logs.predicted, eval_logs.accepted).statistic
 mae = float((eval_logs.predicted - eval_logs.accepted).abs().mean())
@@ -240,7 +296,7 @@ quality = pd.DataFrame([dict(estimator="payoff predictor (MLP), both sources", s
                              mae=float((sfx.predicted - sfx.accepted).abs().mean()), n=len(sfx)),
                         dict(estimator="suffix score (SuffixDecoding), suffix candidates", spearman=rho_score, mae=mae_score, n=len(sfx))])
 results.save(quality.assign(fit_rows=len(fit_logs), **meta), f"{NB}/predictor")
-results.save(eval_logs.assign(**meta), f"{NB}/cache_logs")
+results.save(eval_logs.assign(**meta), f"{NB}/cache_logs")         # with this run's predictions
 display(quality.round(3))
 
 # %% [markdown]
@@ -465,19 +521,39 @@ def policy_table(r):
     return t.join(extra, on="policy")
 
 
-w0 = WORKLOADS[0]
-for run_once in policy_methods(w0, {}, {}).values():       # untimed warm-up, throwaway drafters
-    run_once(prompts[w0]["eval"][0], 0)
-frames, hindsight_is_ar = [], []
-for w in WORKLOADS:
-    notes = {}
-    r = bench.paired_runs(prompts[w]["eval"], policy_methods(w, {}, notes), warmup=False, progress=tqdm)
-    r["cache_share"] = [notes[m, p].get("cache_share", np.nan) for m, p in zip(r.method, r.prompt)]
-    hindsight_is_ar += [n["hindsight_is_ar"] for (m, _), n in notes.items() if m == "AR"]
-    frames.append(r.assign(workload=w))
-runs = pd.concat(frames, ignore_index=True)
-runs["calls_per_token"] = (runs.target_calls + 1) / runs.new_tokens      # + 1: the prefill's pass
-results.save(runs.assign(**meta), f"{NB}/runs")
+def policy_runs():
+    w0 = WORKLOADS[0]
+    for run_once in policy_methods(w0, {}, {}).values():       # untimed warm-up, throwaway drafters
+        run_once(prompts[w0]["eval"][0], 0)
+    frames, hindsight_is_ar = [], []
+    for w in WORKLOADS:
+        notes = {}
+        r = bench.paired_runs(prompts[w]["eval"], policy_methods(w, {}, notes), warmup=False, progress=tqdm)
+        r["cache_share"] = [notes[m, p].get("cache_share", np.nan) for m, p in zip(r.method, r.prompt)]
+        hindsight_is_ar += [n["hindsight_is_ar"] for (m, _), n in notes.items() if m == "AR"]
+        frames.append(r.assign(workload=w))
+    runs = pd.concat(frames, ignore_index=True)
+    runs["calls_per_token"] = (runs.target_calls + 1) / runs.new_tokens      # + 1: the prefill's pass
+    hindsight = pd.DataFrame(dict(hindsight_is_ar=hindsight_is_ar))
+    return {"runs": runs.assign(**meta), "hindsight": hindsight.assign(**meta), "drafting_alone": drafting_alone().assign(**meta)}
+
+
+def drafting_alone():
+    """Each cache drafter timed on its own over 64 positions of one prompt: ms per draft, per drafted token."""
+    rows = []
+    for name, make in [("suffix", lambda: SuffixDrafter(max_spec=MAX_SPEC)), ("prompt lookup", lambda: PromptLookupDrafter(3, MAX_SPEC))]:
+        d, ids = make(), prompts[WORKLOADS[0]]["eval"][0]
+        d.reset(ids[:-64], GREEDY, None)
+        t0 = time.perf_counter(); n = 0
+        for L in range(len(ids) - 64, len(ids)):
+            n += len(d.draft(ids[:L]))
+        rows.append(dict(policy=f"{name} drafter alone", draft_ms_per_drafted_token=1e3 * (time.perf_counter() - t0) / max(n, 1),
+                         draft_ms_per_step=1e3 * (time.perf_counter() - t0) / 64))
+    return pd.DataFrame(rows)
+
+
+timed = study.step("policies", policy_runs, uses=PROMPTS + ["DRAFT", "K", "THREADS", "SEED"])
+runs, hindsight_is_ar = timed["runs"], timed["hindsight"].hindsight_is_ar.tolist()
 speed = pd.concat([policy_table(runs[runs.workload == w]).assign(workload=w) for w in WORKLOADS], ignore_index=True)
 results.save(speed.assign(**meta), f"{NB}/speedup")
 display(speed.pivot(index="policy", columns="workload", values="speedup").round(2))
@@ -580,15 +656,8 @@ pooled["best_single"] = best_single
 cost_rows = []
 for pol, g in runs[runs.drafted > 0].groupby("method"):
     cost_rows.append(dict(policy=pol, draft_ms_per_drafted_token=1e3 * g.draft_s.sum() / g.drafted.sum()))
-for name, make in [("suffix", lambda: SuffixDrafter(max_spec=MAX_SPEC)), ("prompt lookup", lambda: PromptLookupDrafter(3, MAX_SPEC))]:
-    d, ids = make(), prompts[WORKLOADS[0]]["eval"][0]
-    d.reset(ids[:-64], GREEDY, None)
-    t0 = time.perf_counter(); n = 0
-    for L in range(len(ids) - 64, len(ids)):
-        n += len(d.draft(ids[:L]))
-    cost_rows.append(dict(policy=f"{name} drafter alone", draft_ms_per_drafted_token=1e3 * (time.perf_counter() - t0) / max(n, 1),
-                          draft_ms_per_step=1e3 * (time.perf_counter() - t0) / 64))
-drafting = pd.DataFrame(cost_rows)
+drafting = pd.concat([pd.DataFrame(cost_rows), timed["drafting_alone"][["policy", "draft_ms_per_drafted_token", "draft_ms_per_step"]]],
+                     ignore_index=True)
 results.save(drafting.assign(**meta), f"{NB}/drafting_cost")
 results.save(pooled.reset_index().assign(n_prompts=agentic_runs.prompt.nunique(), **meta), f"{NB}/agentic_pooled")
 display(pooled[["speedup", "lo", "hi", "total_ratio", "hvd_over", "hvd_over_lo", "hvd_over_hi", "hvd_over_total",
@@ -620,6 +689,14 @@ display(Markdown(
     f"longest prompts."))
 
 # %% [markdown]
+# ### This run's steps
+# Each expensive step, whether this run computed it or read it from saved results (and from which
+# commit), and how long it took when it was computed.
+
+# %%
+display(study.summary())
+
+# %% [markdown]
 # ## What to take away
 #
 # * **Cache drafts are a lottery; the question is whether the odds are predictable.** Many
@@ -639,3 +716,53 @@ display(Markdown(
 # is still a point mass and the same rule applies, but acceptance falls), small models on a CPU where
 # the cost curve is flatter and noisier than on an accelerator, and a predictor fitted per model
 # pair and machine (its cost table must be re-measured when either changes).
+
+
+# %% [markdown]
+# ## Exercises
+#
+# Run from the repository root. A run with changed parameters writes under
+# `build/unpublished/02_cache_hybrid/<hash>/` and recomputes only the steps that use the changed
+# parameters. Predict before running.
+#
+# 1. **Longer cache drafts.**
+#
+#    ```bash
+#    .venv/bin/python -m speclib.notebooks notebooks/02_cache_hybrid.ipynb build/02_spec.ipynb -p MAX_SPEC 32
+#    ```
+#
+#    *Look for:* the cost curve of section 1 reaching further, the payoff map's long-match cells, and
+#    whether the cache-only policies and HVD gain or lose. *Why:* a longer candidate can commit more
+#    tokens in one pass, but every drafted token past the first rejection is verified for nothing; on a
+#    machine where T(n) grows with n the right length is a prefix, which is what HVD's cut chooses.
+#
+# 2. **A longer model draft.**
+#
+#    ```bash
+#    .venv/bin/python -m speclib.notebooks notebooks/02_cache_hybrid.ipynb build/02_k.ipynb -p K 6
+#    ```
+#
+#    *Look for:* the model policy's speedup and how often HVD now picks the model drafter (the
+#    `cache_share` column). *Why:* the model side's expected tokens per second changes with K through
+#    `E` and `K·c`, and HVD compares the two sources on that scale at every step.
+#
+# 3. **One agentic and one code workload.**
+#
+#    ```bash
+#    .venv/bin/python -m speclib.notebooks notebooks/02_cache_hybrid.ipynb build/02_two.ipynb -p WORKLOADS '["agentic_edit", "code_stdlib"]'
+#    ```
+#
+#    *Look for:* cache drafts paying far more on the edit workload than on new code, and HVD's cache
+#    share differing between the two; the steps are recomputed on the two workloads alone. *Why:* an edit copies
+#    most of a file it has just read, while new code copies little of its prompt; a predictor that sees
+#    the difference buys cache drafts only where the odds are good.
+#
+# 4. **Fewer fit prompts.**
+#
+#    ```bash
+#    .venv/bin/python -m speclib.notebooks notebooks/02_cache_hybrid.ipynb build/02_fit.ipynb -p N_FIT 3
+#    ```
+#
+#    *Look for:* the predictor's Spearman correlation and calibration on the unseen prompts, and
+#    whether HVD's advantage over the best single source survives. *Why:* with fewer logged outcomes
+#    the predictor's expected payoffs are noisier, and a per-step rule is only as good as its estimates.

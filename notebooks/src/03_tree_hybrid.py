@@ -43,6 +43,34 @@
 # 6 asks whether the hybrid model can draft for itself. Each figure is preceded by what to look for
 # and followed by a reading whose numbers come from this run.
 
+# %% [markdown]
+# ## About this notebook
+#
+# **What you will learn.**
+#
+# * Why a draft tree is easy on attention and hard on a recurrent layer, and how the closed form of
+#   the gated delta rule over a tree verifies every branch in one masked computation.
+# * How to hold a tree's speculative state as small per-node factors and fold only the accepted path
+#   into the recurrent state at commit, and what that saves in memory and time.
+# * How to choose a tree's node budget from measured acceptance and measured verify cost, and how the
+#   choice moves with the batch size.
+# * Whether a hybrid model's own linear-attention layers make a useful draft for it.
+#
+# **What to know first.** Notebook 01 (the rule, `E`, `c`, `v(K)`, the workbook's speedup estimator).
+# Linear attention at the level of "a fixed-size state per head, updated by every token"; the maths of
+# the gated delta rule and its tree form is derived in [the tree closed form](../docs/gdn_tree.md), and
+# draft trees in [draft trees](../docs/trees.md). Section 2 reads comfortably after the first half of
+# that page.
+#
+# **How long it takes.** With `RESULTS = "auto"` (the default) and the shipped parameters every step
+# (the peer check, the layer and model timings, the pilot, the decoding runs, the self-speculation
+# runs) is read from `data/results/` and the notebook draws everything in about a minute. `"recompute"`
+# runs every step: about half an hour on 2 CPU cores, most of it the pilot and the end-to-end runs.
+# Changing a parameter recomputes only the steps that use it; a run whose parameters differ from the
+# shipped ones writes under `build/unpublished/03_tree_hybrid/…`. `"reuse"` never computes, and names
+# the step and the parameters that differ when it cannot reuse. The table at the end of section 6
+# lists each step and how long it took when it was computed.
+
 # %%
 SMOKE = False           # True: tiny sizes, the whole notebook in under ~2 minutes on 2 CPU cores
 SEED = 0
@@ -63,6 +91,8 @@ TREE_DEPTH = 6               # shape of the random trees in the latency measurem
 DECODE_BATCH = 4        # batch size of the batched decoding comparison
 SELF_KS = [1, 2, 3, 4]  # draft lengths for the self-speculation study
 EVAL_WINDOWS = 32       # held-out windows of 256 tokens for the perplexity of the ablated model
+RESULTS = "auto"        # auto: reuse results saved with these parameters, else compute; "recompute"; "reuse"
+PUBLISH = False         # True: a run with non-default parameters also replaces data/results and figures/
 THREADS = 1             # torch threads (0: every CPU this process may use); 1 keeps T(n) smooth on 2 cores (notebook 05)
 
 # %%
@@ -79,6 +109,7 @@ from tqdm.auto import tqdm
 import speclib
 from speclib import ModelDrafter, Sampling, SelfDrafter, TreeDrafter, bench, bench_tree, data, generate, generate_batch, results, stats, train
 from speclib.plotting import savefig, style
+from speclib.study import Study
 
 if SMOKE:
     TREE_SIZES, BATCHES, LATENCY_REPEATS, N_PROMPTS, MAX_NEW_TOKENS = [8, 32], [1, 2], 2, 2, 24
@@ -100,6 +131,8 @@ half = max(1, N_PROMPTS // 2)
 prompt_rows = data.load_workload("code_stdlib", half) + data.load_workload("code_humaneval", N_PROMPTS - half)
 prompts = [target.encode(r["prompt"]) for r in prompt_rows]
 meta = dict(seed=SEED, device=dev, target=TARGET, draft=DRAFT, threads=threads, smoke=SMOKE)
+study = Study(NB, globals(), mode=RESULTS, publish=PUBLISH, always=dict(SMOKE=SMOKE))
+print(f"results mode {RESULTS!r}: this run {study.where()}")
 gdn = [l.linear_attn for l, g in zip(target.text.layers, target.is_gdn) if g]
 H, DK, DV = gdn[0].num_v_heads, gdn[0].head_k_dim, gdn[0].head_v_dim
 print(f"{type(target).__name__} over {cfg.model_type}: {sum(target.is_gdn)} GDN + {len(target.is_gdn) - sum(target.is_gdn)} "
@@ -121,29 +154,34 @@ print(f"{type(target).__name__} over {cfg.model_type}: {sum(target.is_gdn)} GDN 
 # which must be True in every row.
 
 # %%
-ids = prompts[0]
-try:
-    with torch.inference_mode():
-        target.model.generate(torch.tensor([ids], device=target.device), assistant_model=draft.model,
-                              do_sample=False, max_new_tokens=16, pad_token_id=target.eos_token_id)
-    refusal = "(no error: this transformers version accepted the hybrid model)"
-except Exception as e:                      # the refusal is the point of this cell
-    refusal = f"{type(e).__name__}: {e}"
+def peer_check():
+    ids = prompts[0]
+    try:
+        with torch.inference_mode():
+            target.model.generate(torch.tensor([ids], device=target.device), assistant_model=draft.model,
+                                  do_sample=False, max_new_tokens=16, pad_token_id=target.eos_token_id)
+        refusal = "(no error: this transformers version accepted the hybrid model)"
+    except Exception as e:                      # the refusal is the point of this cell
+        refusal = f"{type(e).__name__}: {e}"
+    ar = generate(target, ids, 32, sampling=GREEDY)
+    sd = generate(target, ids, 32, drafter=TreeDrafter(draft, budget=16, depth=TREE_DEPTH, top=TOP), sampling=GREEDY)
+    with torch.inference_mode():        # the stock forward (its own cache and torch fallbacks), for reference
+        t0 = time.perf_counter()
+        hf = target.model.generate(torch.tensor([ids], device=target.device), do_sample=False, max_new_tokens=32,
+                                   pad_token_id=target.eos_token_id)[0, len(ids):].tolist()
+        hf_s = time.perf_counter() - t0
+    peer = pd.DataFrame([dict(method="transformers generate (greedy)", tokens_per_s=len(hf) / hf_s, identical_to_speclib_ar=hf == ar.tokens),
+                         dict(method="speclib AR (HybridLM)", tokens_per_s=ar.stats["tokens_per_s"], identical_to_speclib_ar=True),
+                         dict(method="speclib tree SD", tokens_per_s=sd.stats["tokens_per_s"], identical_to_speclib_ar=sd.tokens == ar.tokens)])
+    return peer.assign(refusal=refusal, sd_tokens_per_call=sd.stats["tokens_per_call"], sd_text=sd.text[:200], **meta)
+
+
+peer = study.step("peer", peer_check, uses=["TARGET", "DRAFT", "TREE_DEPTH", "N_PROMPTS", "THREADS"])
+refusal = peer.refusal[0]
 print("transformers assisted generation:", refusal)
-ar = generate(target, ids, 32, sampling=GREEDY)
-sd = generate(target, ids, 32, drafter=TreeDrafter(draft, budget=16, depth=TREE_DEPTH, top=TOP), sampling=GREEDY)
-with torch.inference_mode():        # the stock forward (its own cache and torch fallbacks), for reference
-    t0 = time.perf_counter()
-    hf = target.model.generate(torch.tensor([ids], device=target.device), do_sample=False, max_new_tokens=32,
-                               pad_token_id=target.eos_token_id)[0, len(ids):].tolist()
-    hf_s = time.perf_counter() - t0
-peer = pd.DataFrame([dict(method="transformers generate (greedy)", tokens_per_s=len(hf) / hf_s, identical_to_speclib_ar=hf == ar.tokens),
-                     dict(method="speclib AR (HybridLM)", tokens_per_s=ar.stats["tokens_per_s"], identical_to_speclib_ar=True),
-                     dict(method="speclib tree SD", tokens_per_s=sd.stats["tokens_per_s"], identical_to_speclib_ar=sd.tokens == ar.tokens)])
-results.save(peer.assign(**meta), f"{NB}/peer")
-display(peer)
-print(f"speclib tree SD: {sd.stats['tokens_per_call']:.2f} tokens per target call")
-print(repr(sd.text[:200]))
+display(peer[["method", "tokens_per_s", "identical_to_speclib_ar"]])
+print(f"speclib tree SD: {peer.sd_tokens_per_call[0]:.2f} tokens per target call")
+print(repr(peer.sd_text[0]))
 
 # %% [markdown]
 # ## 2 · One Gated DeltaNet layer: closed form vs a state per node
@@ -169,16 +207,20 @@ print(repr(sd.text[:200]))
 
 # %%
 shapes = {"hybrid-target": (H, DK, DV), "Qwen3.5 layer (32 x 128 x 128)": (32, 128, 128)}
-layer_rows = []
-for shape_name, (h, dk, dv) in shapes.items():
-    for n in tqdm(TREE_SIZES, desc=shape_name):
-        r = bench_tree.layer_state_bytes(n, h, dk, dv, depth=TREE_DEPTH, seed=SEED, repeats=LATENCY_REPEATS)
-        layer_rows.append(dict(layer_shape=shape_name, **r))
-layer = pd.DataFrame(layer_rows)
-layer["speedup"] = layer.materialize_seconds / layer.closed_form_seconds
-layer["memory_ratio_fp32"] = layer.materialize_bytes / layer.closed_form_fp32_bytes
-layer["memory_ratio_bf16"] = layer.materialize_bytes / layer.closed_form_bf16_bytes
-results.save(layer.assign(**meta), f"{NB}/layer")
+def layer_timings():
+    layer_rows = []
+    for shape_name, (h, dk, dv) in shapes.items():
+        for n in tqdm(TREE_SIZES, desc=shape_name):
+            r = bench_tree.layer_state_bytes(n, h, dk, dv, depth=TREE_DEPTH, seed=SEED, repeats=LATENCY_REPEATS)
+            layer_rows.append(dict(layer_shape=shape_name, **r))
+    layer = pd.DataFrame(layer_rows)
+    layer["speedup"] = layer.materialize_seconds / layer.closed_form_seconds
+    layer["memory_ratio_fp32"] = layer.materialize_bytes / layer.closed_form_fp32_bytes
+    layer["memory_ratio_bf16"] = layer.materialize_bytes / layer.closed_form_bf16_bytes
+    return layer.assign(**meta)
+
+
+layer = study.step("layer", layer_timings, uses=["TARGET", "TREE_SIZES", "TREE_DEPTH", "LATENCY_REPEATS", "SEED", "THREADS"])
 display(layer[["layer_shape", "nodes", "closed_form_seconds", "materialize_seconds", "speedup",
                "memory_ratio_fp32", "memory_ratio_bf16"]].round(4))
 
@@ -275,30 +317,35 @@ display(Markdown(
 strategies = ["closed_form", "materialize", "replay"]
 # the tree sizes of section 2, and every budget the pilot of section 4 can draft (its cost model needs their T_b(n))
 sizes = sorted(set([1] + TREE_SIZES) | {n for b in PILOT_BUDGETS.values() for n in b})
-lat_rows = []
-for b in tqdm(BATCHES, desc="batch"):
-    # replay re-runs the model once per branch: measured where it stays affordable (batch <= 2)
-    strat = strategies if b <= 2 else strategies[:2]
-    lat_rows += bench_tree.tree_latency(target, strat, sizes, [b], prefix_len=PREFIX_LEN,
-                                        repeats=LATENCY_REPEATS, depth=TREE_DEPTH, seed=SEED)
-verify = pd.DataFrame(lat_rows)
-base = verify[(verify.nodes == 1) & (verify.strategy == "closed_form")].set_index("batch").seconds
-verify["over_one_token"] = verify.seconds / verify.batch.map(base)
-# the speculative state each strategy holds after extending one tree (batch 1, n64 nodes)
-gen = torch.Generator().manual_seed(SEED)
-par64 = bench_tree.random_tree(n64, TREE_DEPTH, gen)
-mem = {}
-for s in strategies:
-    v = target.view(strategy=s)
-    v.reset(prompts[0][:PREFIX_LEN])
-    if s == "replay":
-        path = max(bench_tree.leaf_paths(par64), key=len)     # replay holds one branch at a time
-        v.extend([7] * len(path), list(range(-1, len(path) - 1)))
-    else:
-        v.extend([7] * n64, par64)
-    mem[s] = bench_tree.state_bytes(v)
-verify["state_bytes_at_n64"] = verify.strategy.map(mem)
-results.save(verify.assign(**meta), f"{NB}/verify")
+def verify_timings():
+    lat_rows = []
+    for b in tqdm(BATCHES, desc="batch"):
+        # replay re-runs the model once per branch: measured where it stays affordable (batch <= 2)
+        strat = strategies if b <= 2 else strategies[:2]
+        lat_rows += bench_tree.tree_latency(target, strat, sizes, [b], prefix_len=PREFIX_LEN,
+                                            repeats=LATENCY_REPEATS, depth=TREE_DEPTH, seed=SEED)
+    verify = pd.DataFrame(lat_rows)
+    base = verify[(verify.nodes == 1) & (verify.strategy == "closed_form")].set_index("batch").seconds
+    verify["over_one_token"] = verify.seconds / verify.batch.map(base)
+    # the speculative state each strategy holds after extending one tree (batch 1, n64 nodes)
+    gen = torch.Generator().manual_seed(SEED)
+    par64 = bench_tree.random_tree(n64, TREE_DEPTH, gen)
+    mem = {}
+    for s in strategies:
+        v = target.view(strategy=s)
+        v.reset(prompts[0][:PREFIX_LEN])
+        if s == "replay":
+            path = max(bench_tree.leaf_paths(par64), key=len)     # replay holds one branch at a time
+            v.extend([7] * len(path), list(range(-1, len(path) - 1)))
+        else:
+            v.extend([7] * n64, par64)
+        mem[s] = bench_tree.state_bytes(v)
+    verify["state_bytes_at_n64"] = verify.strategy.map(mem)
+    return verify.assign(**meta)
+
+
+verify = study.step("verify", verify_timings, uses=["TARGET", "BATCHES", "TREE_SIZES", "TREE_DEPTHS", "PREFIX_LEN",
+                                                    "LATENCY_REPEATS", "TREE_DEPTH", "SEED", "N_PROMPTS", "THREADS"])
 
 # %% [markdown]
 # ### The whole model: one verify pass, by tree size and by batch
@@ -426,8 +473,9 @@ pilot_methods = {"AR": lambda ids, i: generate(target, ids, MAX_NEW_TOKENS, samp
 pilot_methods.update({c["method"]: lambda ids, i, make=c["make"]: generate(target, ids, MAX_NEW_TOKENS, drafter=make(),
                                                                           sampling=GREEDY)
                       for c in configs})
-pilot_runs = bench.paired_runs(pilot_prompts, pilot_methods, progress=tqdm)
-results.save(pilot_runs.assign(**meta), f"{NB}/pilot_runs")
+pilot_runs = study.step("pilot_runs", lambda: bench.paired_runs(pilot_prompts, pilot_methods, progress=tqdm).assign(**meta),
+                        uses=["TARGET", "DRAFT", "CHAIN_KS", "TREE_DEPTHS", "TREE_SIZES", "SPINE_VALUES", "PILOT_PROMPTS",
+                              "N_PROMPTS", "MAX_NEW_TOKENS", "SEED", "THREADS"])
 sums = pilot_runs.groupby("method", sort=False)[["target_calls", "accepted", "drafted", "draft_s", "verify_s",
                                                  "new_tokens", "seconds"]].sum()
 steps = sums.target_calls
@@ -583,7 +631,8 @@ decode_methods = {
     mat: lambda ids, i: generate(target.view(strategy="materialize"), ids, MAX_NEW_TOKENS, drafter=eagle(), sampling=GREEDY),
     leaves: lambda ids, i: generate(target, ids, MAX_NEW_TOKENS, drafter=spine(K_SPINE, SPINE_VALUE), sampling=GREEDY),
 }
-decode = bench.paired_runs(prompts, decode_methods, progress=tqdm)
+decode = study.step("decode", lambda: bench.paired_runs(prompts, decode_methods, progress=tqdm).assign(**meta),
+                    uses=["pilot_runs", "verify"])
 decode["drafted_per_call"] = decode.drafted / decode.target_calls.clip(lower=1)
 per_method = decode.groupby("method", sort=False).agg(tokens_per_s=("tokens_per_s", "median"),
                                                       drafted_per_call=("drafted_per_call", "mean"))
@@ -617,27 +666,32 @@ summary1 = summary1.rename(columns={"runs": "of"}).assign(batch=1)
 # per pass. The requests also finish at different times, and a step waits for the slowest drafter.
 
 # %%
-groups = [list(range(s, s + DECODE_BATCH)) for s in range(0, len(prompts) - DECODE_BATCH + 1, DECODE_BATCH)]
-batch_drafts = [speclib.load(DRAFT, device=DEVICE) for _ in range(DECODE_BATCH)]   # one draft state per request
-batch_rows = []
-for gi, idx in enumerate(tqdm(groups, desc="batches")):
-    ps = [prompts[i] for i in idx]
-    runs = {
-        "AR": None,
-        chain: [ModelDrafter(d, K_CHAIN) for d in batch_drafts],
-        tree: [TreeDrafter(d, budget=BATCH_BUDGET, depth=TREE_DEPTH_BEST, top=TOP) for d in batch_drafts],
-    }
-    ar_tokens = None
-    for name, drafters in runs.items():
-        t0 = time.perf_counter()
-        out = generate_batch([target.view() for _ in ps], ps, MAX_NEW_TOKENS, drafters=drafters, sampling=GREEDY)
-        secs = time.perf_counter() - t0
-        toks = [g.tokens for g in out]
-        ar_tokens = toks if name == "AR" else ar_tokens
-        batch_rows.append(dict(group=gi, method=name, seconds=secs, new_tokens=sum(map(len, toks)),
-                               tokens_per_call=np.mean([g.stats["tokens_per_call"] for g in out]),
-                               identical=sum(a == b for a, b in zip(toks, ar_tokens)), of=len(ps)))
-batched = pd.DataFrame(batch_rows)
+def batched_runs():
+    groups = [list(range(s, s + DECODE_BATCH)) for s in range(0, len(prompts) - DECODE_BATCH + 1, DECODE_BATCH)]
+    batch_drafts = [speclib.load(DRAFT, device=DEVICE) for _ in range(DECODE_BATCH)]   # one draft state per request
+    batch_rows = []
+    for gi, idx in enumerate(tqdm(groups, desc="batches")):
+        ps = [prompts[i] for i in idx]
+        runs = {
+            "AR": None,
+            chain: [ModelDrafter(d, K_CHAIN) for d in batch_drafts],
+            tree: [TreeDrafter(d, budget=BATCH_BUDGET, depth=TREE_DEPTH_BEST, top=TOP) for d in batch_drafts],
+        }
+        ar_tokens = None
+        for name, drafters in runs.items():
+            t0 = time.perf_counter()
+            out = generate_batch([target.view() for _ in ps], ps, MAX_NEW_TOKENS, drafters=drafters, sampling=GREEDY)
+            secs = time.perf_counter() - t0
+            toks = [g.tokens for g in out]
+            ar_tokens = toks if name == "AR" else ar_tokens
+            batch_rows.append(dict(group=gi, method=name, seconds=secs, new_tokens=sum(map(len, toks)),
+                                   tokens_per_call=np.mean([g.stats["tokens_per_call"] for g in out]),
+                                   identical=sum(a == b for a, b in zip(toks, ar_tokens)), of=len(ps)))
+    batched = pd.DataFrame(batch_rows)
+    return batched.assign(**meta)
+
+
+batched = study.step("batched", batched_runs, uses=["pilot_runs", "verify", "DECODE_BATCH"])
 batched["tokens_per_s"] = batched.new_tokens / batched.seconds
 ar_b = batched[batched.method == "AR"].set_index("group")
 summary_b = []
@@ -652,7 +706,8 @@ for name, g in batched.groupby("method", sort=False):
 summary = pd.concat([summary1, pd.DataFrame(summary_b)], ignore_index=True).assign(
     tree_budget=TREE_BUDGET, tree_depth=TREE_DEPTH_BEST, batch_budget=BATCH_BUDGET, chain_k=K_CHAIN, **meta)
 results.save(summary, f"{NB}/decode")
-results.save(pd.concat([decode.assign(batch=1), batched.assign(batch=DECODE_BATCH)]).assign(**meta), f"{NB}/decode_runs")
+results.save(pd.concat([decode.assign(batch=1), batched.assign(batch=DECODE_BATCH)]).drop(columns="git_sha").assign(**meta),
+             f"{NB}/decode_runs")
 display(summary[["method", "batch", "speedup", "lo", "hi", "total_ratio", "vs_chain", "vs_chain_lo", "vs_chain_hi",
                  "vs_chain_total", "tokens_per_s", "tokens_per_call", "drafted_per_call", "identical", "of"]].round(3))
 
@@ -746,28 +801,32 @@ display(Markdown(
 # model, roughly flat in k if the drafter is equally good at every position).
 
 # %%
-stream = train.token_stream("heldout", target.tokenizer)
-held = [stream[s:s + 257].astype(int).tolist() for s in np.linspace(0, len(stream) - 258, EVAL_WINDOWS).astype(int)]
-loss = {"hybrid-target (full)": bench_tree.heldout_loss(target.view(), held),
-        "linear-only subgraph (attention layers skipped)": bench_tree.heldout_loss(target.view(skip_attention=True), held),
-        f"{DRAFT} (separate draft)": bench_tree.heldout_loss(draft, held)}
+def ablation_loss():
+    stream = train.token_stream("heldout", target.tokenizer)
+    held = [stream[s:s + 257].astype(int).tolist() for s in np.linspace(0, len(stream) - 258, EVAL_WINDOWS).astype(int)]
+    loss = {"hybrid-target (full)": bench_tree.heldout_loss(target.view(), held),
+            "linear-only subgraph (attention layers skipped)": bench_tree.heldout_loss(target.view(skip_attention=True), held),
+            f"{DRAFT} (separate draft)": bench_tree.heldout_loss(draft, held)}
+    return pd.DataFrame([dict(model=m, heldout_loss=l, perplexity=float(np.exp(l))) for m, l in loss.items()]).assign(**meta)
+
+
+losses = study.step("ablation_loss", ablation_loss, uses=["TARGET", "DRAFT", "EVAL_WINDOWS"])
 self_methods = {"AR": lambda ids, i: generate(target, ids, MAX_NEW_TOKENS, sampling=GREEDY)}
 for k in SELF_KS:
     self_methods[f"self (linear subgraph) k={k}"] = lambda ids, i, k=k: generate(
         target, ids, MAX_NEW_TOKENS, drafter=SelfDrafter(target, k), sampling=GREEDY)
     self_methods[f"{DRAFT} k={k}"] = lambda ids, i, k=k: generate(
         target, ids, MAX_NEW_TOKENS, drafter=ModelDrafter(draft, k), sampling=GREEDY)
-self_runs = bench.paired_runs(prompts, self_methods, progress=tqdm)
+self_runs = study.step("selfspec_runs", lambda: bench.paired_runs(prompts, self_methods, progress=tqdm).assign(**meta),
+                       uses=["TARGET", "DRAFT", "SELF_KS", "N_PROMPTS", "MAX_NEW_TOKENS", "SEED", "THREADS"])
 selfspec = bench.speedup_table(self_runs, seed=SEED).rename(columns={"acceptance": "acceptance_rate", "runs": "of"})
 selfspec["drafter"] = selfspec.method.str.rsplit(" k=", n=1).str[0]
 selfspec["k"] = selfspec.method.str.rsplit(" k=", n=1).str[1].astype(int)
 self_sums = self_runs.groupby("method")[["draft_s", "drafted"]].sum()
 selfspec["draft_ms_per_token"] = selfspec.method.map(1e3 * self_sums.draft_s / self_sums.drafted)
 ar_runs = self_runs[self_runs.method == "AR"]
-losses = pd.DataFrame([dict(model=m, heldout_loss=l, perplexity=float(np.exp(l))) for m, l in loss.items()])
+loss = dict(zip(losses.model, losses.heldout_loss))
 results.save(selfspec.assign(**meta), f"{NB}/selfspec")
-results.save(self_runs.assign(**meta), f"{NB}/selfspec_runs")
-results.save(losses.assign(**meta), f"{NB}/ablation_loss")
 display(losses.round(3))
 display(selfspec[["drafter", "k", "speedup", "lo", "hi", "total_ratio", "acceptance_rate", "token_acceptance",
                   "draft_ms_per_token", "tokens_per_call", "identical", "of"]].round(3))
@@ -839,6 +898,14 @@ display(Markdown(
        else "At its best k the self-draft beats AR; whether it beats the separate draft is in the right panel.")))
 
 # %% [markdown]
+# ### This run's steps
+# Each expensive step, whether this run computed it or read it from saved results (and from which
+# commit), and how long it took when it was computed.
+
+# %%
+display(study.summary())
+
+# %% [markdown]
 # ## What to take away
 #
 # * **Exactness first.** Every strategy gives the same logits, and every decoded output above is
@@ -860,3 +927,52 @@ display(Markdown(
 # not inflated by it), random trees in the latency profile rather than the drafter's real trees, and
 # trees bounded by the drafter's per-level width cap (`TOP` nodes per level, so at most `TOP` × depth
 # nodes: the pilot's largest trees are small).
+
+# %% [markdown]
+# ## Exercises
+#
+# Run from the repository root. A run with changed parameters writes under
+# `build/unpublished/03_tree_hybrid/<hash>/` and recomputes only the steps that use the changed
+# parameters; the rest is read from the shipped results. Predict before running.
+#
+# 1. **Longer contexts for the verify pass.**
+#
+#    ```bash
+#    .venv/bin/python -m speclib.notebooks notebooks/03_tree_hybrid.ipynb build/03_prefix.ipynb -p PREFIX_LEN 1024
+#    ```
+#
+#    *Look for:* how T(n) of the three strategies moves with a longer cached prefix, and whether the
+#    node budget chosen per batch changes. *Why:* the attention layers' cost per pass grows with the
+#    prefix while the recurrent layers' does not, so the share of the pass that the tree strategy
+#    affects shrinks; and a dearer pass raises the bar a tree must clear.
+#
+# 2. **Deeper trees in the pilot.**
+#
+#    ```bash
+#    .venv/bin/python -m speclib.notebooks notebooks/03_tree_hybrid.ipynb build/03_depth.ipynb -p TREE_DEPTHS "[3, 4, 6, 8]"
+#    ```
+#
+#    *Look for:* whether depth 8 earns more tokens per step than depth 6 and whether the pilot picks it.
+#    *Why:* a node deep in the tree is reached only if every ancestor is accepted, so its expected
+#    value is the product of the acceptances along its path; past some depth extra nodes cost a verify
+#    slot and almost never pay.
+#
+# 3. **Bigger batches.**
+#
+#    ```bash
+#    .venv/bin/python -m speclib.notebooks notebooks/03_tree_hybrid.ipynb build/03_batch.ipynb -p BATCHES "[1, 2, 4, 8, 16]"
+#    ```
+#
+#    *Look for:* the chosen budget per request falling as the batch grows. *Why:* the verify pass of a
+#    batch already fills the hardware with the batch's one-token passes; the spare capacity that a tree
+#    spends shrinks, so each request can afford fewer nodes.
+#
+# 4. **More self-speculation draft lengths.**
+#
+#    ```bash
+#    .venv/bin/python -m speclib.notebooks notebooks/03_tree_hybrid.ipynb build/03_self.ipynb -p SELF_KS "[1, 2, 3, 4, 6, 8]"
+#    ```
+#
+#    Only the self-speculation runs are recomputed. *Look for:* whether the subgraph's speedup ever
+#    crosses 1. *Why:* its cost per drafted token is a large fraction of the full model's, so `K·c`
+#    grows almost as fast as the tokens a longer draft can earn.

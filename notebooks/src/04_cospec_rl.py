@@ -43,6 +43,34 @@
 # comparison with the target is *paired* (the same problems), as explained in
 # [the statistics notes](../docs/statistics.md).
 
+# %% [markdown]
+# ## About this notebook
+#
+# **What you will learn.**
+#
+# * What is given up when speculative decoding stops being lossless, and how to judge the result when
+#   the output is no longer the target's: by final-answer correctness on a task that can be checked.
+# * How to measure the raw material of any arbitration policy: how often, at a disagreement, the
+#   draft's token is the one that leads to a right answer (branch rollouts), and the oracle bound.
+# * How to train a tiny arbitration policy: supervised warm start on rollout labels, then policy
+#   gradient with a group baseline on the final reward; and how to select checkpoints honestly
+#   (validation split, test split untouched).
+# * How to compare methods on accuracy and speed together, with paired intervals.
+#
+# **What to know first.** Notebook 01 (the rule, the speedup estimator). The idea of a policy
+# gradient (REINFORCE: raise the log-probability of decisions in proportion to how much better than
+# average their trajectory did); no prior reinforcement learning practice is needed.
+#
+# **How long it takes.** With `RESULTS = "auto"` (the default) and the shipped parameters every step
+# (the batched baselines, the branch rollouts, the supervised policies, reinforcement learning, the
+# test decoding and the timed runs) is read from `data/results/`, the trained policies included, and
+# the notebook draws everything in about a minute. `"recompute"` runs every step: about 70 minutes on 2
+# CPU cores, most of it the rollouts and reinforcement learning. Changing a parameter recomputes only
+# the steps that use it (and the steps after them that read their results); a run whose parameters
+# differ from the shipped ones writes under `build/unpublished/04_cospec_rl/…`. `"reuse"` never
+# computes, and names the step and the parameters that differ when it cannot reuse. The table at the
+# end of section 8 lists each step and how long it took when it was computed.
+
 # %%
 SMOKE = False           # True: tiny sizes, the whole notebook in under ~2 minutes on 2 CPU cores
 SEED = 0
@@ -62,6 +90,8 @@ EVAL_EVERY = 10         # RL iterations between validation evaluations
 FUZZY_T = [0.05, 0.1, 0.2, 0.4]
 TYPICAL = [(0.3, 0.09), (0.1, 0.05)]      # (eps, delta)
 THREADS = 1             # torch threads of the timed sections (0: every CPU); 1 keeps T(n) smooth on 2 cores (notebook 05)
+RESULTS = "auto"        # auto: reuse results saved with these parameters, else compute; "recompute"; "reuse"
+PUBLISH = False         # True: a run with non-default parameters also replaces data/results and figures/
 
 # %%
 import time
@@ -77,6 +107,7 @@ import speclib
 from speclib import ModelDrafter, Sampling, bench, cospec, data, generate, results, stats
 from speclib.cospec import FEATURES, Arbiter, Fuzzy, Policy, Typical, always_target
 from speclib.plotting import savefig, style
+from speclib.study import Study
 
 if SMOKE:
     N_LABEL, N_VAL, N_TEST, N_TIMED, RL_ITERS, PROBLEMS_PER_ITER, GROUP, EVAL_EVERY = 24, 16, 32, 3, 2, 4, 4, 1
@@ -92,6 +123,28 @@ meta = dict(seed=SEED, device=dev, target=TARGET, draft=DRAFT, k=K, smoke=SMOKE)
 splits = {"train": data.math_problems("train", max(N_LABEL, 4000)), "validation": data.math_problems("validation", N_VAL),
           "test": data.math_problems("test", N_TEST)}
 ids = {s: [target.encode(p["question"]) for p in ps] for s, ps in splits.items()}
+study = Study(NB, globals(), mode=RESULTS, publish=PUBLISH, always=dict(SMOKE=SMOKE))
+SOLVE = ["TARGET", "DRAFT", "K", "MAX_NEW_TOKENS"]      # what every decoding of the problems depends on
+
+
+def rows_table(rows_by_method: dict) -> pd.DataFrame:
+    """Decoded problems (tokens, target calls, keep decisions and (position, draft token) at each mismatch) as one table."""
+    return pd.DataFrame([dict(method=m, problem=i, tokens=r["tokens"], target_calls=int(r["target_calls"]),
+                              kept=[bool(k) for k in r["kept"]], at=[[int(x) for x in a] for a in r["at"]])
+                         for m, rows in rows_by_method.items() for i, r in enumerate(rows)])
+
+
+def rows_of(table: pd.DataFrame, method: str) -> list[dict]:
+    """The rows of `method` back from `rows_table`, in problem order."""
+    g = table[table.method == method].sort_values("problem")
+    return [dict(tokens=[int(t) for t in tok], target_calls=int(c), kept=np.asarray(k, dtype=bool),
+                 at=[tuple(int(x) for x in a) for a in at]) for tok, c, k, at in zip(g.tokens, g.target_calls, g.kept, g.at)]
+
+
+def seconds(step):
+    """How long a step took when it was computed (None for results recorded without a time)."""
+    return study.summary().set_index("step").computed_s[step]
+
 
 
 def checker(split):
@@ -100,7 +153,7 @@ def checker(split):
 
 
 print(splits["test"][0]["question"] + splits["test"][0]["solution"])
-print({s: len(p) for s, p in splits.items()}, "device", dev)
+print({s: len(p) for s, p in splits.items()}, f"device {dev}; results mode {RESULTS!r}: this run {study.where()}")
 
 # %% [markdown]
 # ## 1 · The pair on the task
@@ -120,22 +173,31 @@ def accuracy(rows, split):
     return np.array([chk(i, r["tokens"]) for i, r in enumerate(rows)], dtype=float)
 
 
-t0 = time.perf_counter()
-base = {"target AR": cospec.arbitrate(target, None, ids["test"], K, max_new_tokens=MAX_NEW_TOKENS),
-        "draft AR": cospec.arbitrate(draft, None, ids["test"], K, max_new_tokens=MAX_NEW_TOKENS)}
-env_s = time.perf_counter() - t0
+base_table = study.step("baseline", lambda: rows_table({
+    "target AR": cospec.arbitrate(target, None, ids["test"], K, max_new_tokens=MAX_NEW_TOKENS),
+    "draft AR": cospec.arbitrate(draft, None, ids["test"], K, max_new_tokens=MAX_NEW_TOKENS)}).assign(**meta),
+    uses=SOLVE + ["N_TEST"])
+base = {m: rows_of(base_table, m) for m in ["target AR", "draft AR"]}
+env_s = seconds("baseline")
 levels = np.array([p["level"] for p in splits["test"]])
 acc_base = {m: accuracy(r, "test") for m, r in base.items()}
 by_level = pd.DataFrame({m: pd.Series(a).groupby(levels).mean() for m, a in acc_base.items()}).rename_axis("level")
-with speclib.device.threads(THREADS or None) as threads:      # timed at THREADS threads; the batched work above uses every CPU
-    lat = bench.latencies([(target, 1), (draft, 1), (target, K + 1)], prefix_len=64, repeats=10 if SMOKE else 30)
+def pair_latency():
+    with speclib.device.threads(THREADS or None) as threads:      # timed at THREADS threads; the batched work uses every CPU
+        lat = bench.latencies([(target, 1), (draft, 1), (target, K + 1)], prefix_len=64, repeats=10 if SMOKE else 30)
+    return pd.DataFrame(dict(case=["target, 1 token", "draft, 1 token", "target, K + 1 tokens"], seconds=lat)).assign(
+        threads=threads, **meta)
+
+
+lat_table = study.step("latency", pair_latency, uses=["TARGET", "DRAFT", "K", "THREADS"])
+lat, threads = lat_table.seconds.tolist(), int(lat_table.threads[0])
 c, v = lat[1] / lat[0], lat[2] / lat[0]
 results.save(by_level.reset_index().assign(c=c, v=v, threads=threads, **meta), f"{NB}/pair")
 display(by_level.round(3))
 display(Markdown(f"Target {acc_base['target AR'].mean():.1%}, draft {acc_base['draft AR'].mean():.1%} correct on "
                  f"{N_TEST} test problems. One forward: target {lat[0] * 1e3:.2f} ms, draft {lat[1] * 1e3:.2f} ms "
                  f"(c = {c:.3f}); verifying K + 1 = {K + 1} tokens costs {v:.2f}x one token. "
-                 f"(Batched greedy decoding of both models over the test split took {env_s:.0f} s.)"))
+                 + (f"(Batched greedy decoding of both models over the test split took {env_s:.0f} s.)" if env_s else "")))
 
 # %% [markdown]
 # ## 2 · Disagreements: who is right?
@@ -157,10 +219,20 @@ display(Markdown(f"Target {acc_base['target AR'].mean():.1%}, draft {acc_base['d
 # that a policy cannot exceed.
 
 # %%
-t0 = time.perf_counter()
-labels = {s: pd.DataFrame(cospec.branch_labels(target, draft, ids[s][:n], checker(s), MAX_NEW_TOKENS))
-          for s, n in [("train", N_LABEL), ("test", N_TEST)]}
-label_s = time.perf_counter() - t0
+def branch_labels():
+    frames = [pd.DataFrame(cospec.branch_labels(target, draft, ids[s][:n], checker(s), MAX_NEW_TOKENS),
+                           columns=["problem", "pos", "features", "target_correct", "draft_correct"]).assign(split=s)
+              for s, n in [("train", N_LABEL), ("test", N_TEST)]]
+    df = pd.concat(frames, ignore_index=True)
+    df["features"] = [[float(v) for v in x] for x in df.features]
+    return df.assign(**meta)
+
+
+label_table = study.step("labels", branch_labels, uses=["TARGET", "DRAFT", "MAX_NEW_TOKENS", "N_LABEL", "N_TEST"])
+labels = {s: label_table[label_table.split == s][["problem", "pos", "features", "target_correct", "draft_correct"]]
+          .reset_index(drop=True).assign(features=lambda d: [torch.tensor(list(x), dtype=torch.float32) for x in d.features])
+          for s in ("train", "test")}
+label_s = seconds("labels")
 share = []
 for s, lab in labels.items():
     share.append(dict(split=s, mismatches=len(lab), problems=lab.problem.nunique(),
@@ -176,7 +248,8 @@ swap_ok = lt[lt.draft_correct & ~lt.target_correct].problem.unique()
 acc_oracle = acc_base["target AR"].copy()
 acc_oracle[swap_ok] = 1.0
 display(Markdown(
-    f"{len(labels['train'])} mismatches on {N_LABEL} training solutions ({label_s:.0f} s of rollouts, both splits). "
+    f"{len(labels['train'])} mismatches on {N_LABEL} training solutions"
+    + (f" ({label_s:.0f} s of rollouts, both splits). " if label_s else ". ") +
     f"At **{share.draft_right_target_wrong[0]:.1%}** of them the draft's token leads to a correct answer and the "
     f"target's does not; the reverse at {share.target_right_draft_wrong[0]:.1%}. The oracle branch choice would "
     f"lift test accuracy from {acc_base['target AR'].mean():.1%} to **{acc_oracle.mean():.1%}**."))
@@ -204,15 +277,7 @@ display(Markdown(
 # %%
 X = torch.stack(list(labels["train"].features))
 dc, tc = torch.tensor(labels["train"].draft_correct.values), torch.tensor(labels["train"].target_correct.values)
-with torch.enable_grad():
-    judge = Policy(hidden=0)
-    judge_curve = cospec.fit_supervised(judge, X, (dc == tc).float())
-    disc = dc != tc
-    warm = Policy(hidden=32)
-    warm_curve = cospec.fit_supervised(warm, X[disc], dc[disc].float())
-fmt = lambda cv: f"{cv[0]:.3f} -> {cv[-1]:.3f}" if cv else "(too few examples of a class: constant decision)"
-print(f"AutoJudge BCE {fmt(judge_curve)}; warm start {fmt(warm_curve)} on {int(disc.sum())} discordant mismatches "
-      f"({int((dc & ~tc).sum())} draft-right)")
+disc = dc != tc
 
 
 def evaluate(policy, split, n=None):
@@ -223,10 +288,39 @@ def evaluate(policy, split, n=None):
                       keep_rate=sum(int(r["kept"].sum()) for r in rows) / max(1, sum(len(r["kept"]) for r in rows)))
 
 
-val = {"lossless": evaluate(always_target, "validation")[1], "AutoJudge": evaluate(judge, "validation")[1],
-       "warm start": evaluate(warm, "validation")[1]}
-val.update({f"fuzzy JSD<{t}": evaluate(Fuzzy(t), "validation")[1] for t in FUZZY_T})
-val.update({f"typical eps={e} delta={d}": evaluate(Typical(e, d), "validation")[1] for e, d in TYPICAL})
+def supervised():
+    """The two supervised policies and their training curves."""
+    torch.manual_seed(SEED)                 # the policies' initial weights: the same whether or not earlier steps ran
+    with torch.enable_grad():
+        judge = Policy(hidden=0)
+        judge_curve = cospec.fit_supervised(judge, X, (dc == tc).float())
+        warm = Policy(hidden=32)
+        warm_curve = cospec.fit_supervised(warm, X[disc], dc[disc].float())
+    curves = pd.DataFrame([dict(policy=name, step=i, bce=v) for name, cv in [("judge", judge_curve), ("warm", warm_curve)]
+                           for i, v in enumerate(cv)], columns=["policy", "step", "bce"])
+    return {"policies_supervised": cospec.policies_table({"judge": judge, "warm": warm}).assign(**meta),
+            "supervised_curves": curves.assign(**meta)}
+
+
+def validation():
+    """Every policy of this section on the validation split."""
+    val = {"lossless": evaluate(always_target, "validation")[1], "AutoJudge": evaluate(judge, "validation")[1],
+           "warm start": evaluate(warm, "validation")[1]}
+    val.update({f"fuzzy JSD<{t}": evaluate(Fuzzy(t), "validation")[1] for t in FUZZY_T})
+    val.update({f"typical eps={e} delta={d}": evaluate(Typical(e, d), "validation")[1] for e, d in TYPICAL})
+    return pd.DataFrame(val).T.rename_axis("method").reset_index().assign(**meta)
+
+
+saved = study.step("supervised", supervised, uses=["labels", "SEED"])
+pols = cospec.policies_from_table(saved["policies_supervised"])
+judge, warm = pols["judge"], pols["warm"]
+validated = study.step("validation", validation, uses=["supervised", "N_VAL", "FUZZY_T", "TYPICAL"])
+val = validated.set_index("method")[["accuracy", "calls_per_token", "keep_rate"]].to_dict("index")
+curves = saved["supervised_curves"]
+judge_curve, warm_curve = (curves[curves.policy == p].sort_values("step").bce.tolist() for p in ("judge", "warm"))
+fmt = lambda cv: f"{cv[0]:.3f} -> {cv[-1]:.3f}" if cv else "(too few examples of a class: constant decision)"
+print(f"AutoJudge BCE {fmt(judge_curve)}; warm start {fmt(warm_curve)} on {int(disc.sum())} discordant mismatches "
+      f"({int((dc & ~tc).sum())} draft-right)")
 display(pd.DataFrame(val).T.round(3))
 
 # %% [markdown]
@@ -253,32 +347,42 @@ display(pd.DataFrame(val).T.round(3))
 # %%
 import copy
 
-policy = copy.deepcopy(warm)
-best = dict(iteration=0, **val["warm start"]); best_state = copy.deepcopy(policy.state_dict())
-val_curve = [dict(iteration=0, val_accuracy=val["warm start"]["accuracy"], val_calls_per_token=val["warm start"]["calls_per_token"])]
+
+def reinforce():
+    """RL from the warm start; the checkpoint with the best validation accuracy is kept."""
+    policy = copy.deepcopy(warm)
+    best = dict(iteration=0, **val["warm start"])
+    best_state = copy.deepcopy(policy.state_dict())
+    val_curve = [dict(iteration=0, val_accuracy=val["warm start"]["accuracy"], val_calls_per_token=val["warm start"]["calls_per_token"])]
+
+    def on_iter(it, pol):
+        nonlocal best, best_state
+        if it % EVAL_EVERY:
+            return {}
+        with torch.no_grad():
+            m = evaluate(pol, "validation")[1]
+        val_curve.append(dict(iteration=it, val_accuracy=m["accuracy"], val_calls_per_token=m["calls_per_token"]))
+        if m["accuracy"] > best["accuracy"]:
+            best, best_state = dict(iteration=it, **m), copy.deepcopy(pol.state_dict())
+        return {"val_accuracy": m["accuracy"]}
+
+    with torch.enable_grad():
+        curve = pd.DataFrame(cospec.train_grpo(policy, target, draft, ids["train"], checker("train"), K, RL_ITERS,
+                                               PROBLEMS_PER_ITER, GROUP, max_new_tokens=MAX_NEW_TOKENS, seed=SEED,
+                                               callback=on_iter))
+    policy.load_state_dict(best_state)
+    return {"rl_curve": curve.assign(**meta), "rl_validation": pd.DataFrame(val_curve).assign(**meta),
+            "rl_best": pd.DataFrame([best]).assign(**meta), "policy_rl": cospec.policies_table({"CoSpec (RL)": policy}).assign(**meta)}
 
 
-def on_iter(it, pol):
-    global best, best_state
-    if it % EVAL_EVERY:
-        return {}
-    with torch.no_grad():
-        m = evaluate(pol, "validation")[1]
-    val_curve.append(dict(iteration=it, val_accuracy=m["accuracy"], val_calls_per_token=m["calls_per_token"]))
-    if m["accuracy"] > best["accuracy"]:
-        best, best_state = dict(iteration=it, **m), copy.deepcopy(pol.state_dict())
-    return {"val_accuracy": m["accuracy"]}
-
-
-t0 = time.perf_counter()
-with torch.enable_grad():
-    curve = pd.DataFrame(cospec.train_grpo(policy, target, draft, ids["train"], checker("train"), K, RL_ITERS,
-                                           PROBLEMS_PER_ITER, GROUP, max_new_tokens=MAX_NEW_TOKENS, seed=SEED,
-                                           callback=on_iter))
-rl_s = time.perf_counter() - t0
-policy.load_state_dict(best_state)
-results.save(curve.assign(**meta), f"{NB}/rl_curve")
-print(f"RL: {RL_ITERS} iterations in {rl_s / 60:.1f} min; best validation accuracy {best['accuracy']:.3f} at iteration {best['iteration']}")
+saved = study.step("rl", reinforce, uses=["supervised", "N_VAL", "RL_ITERS", "PROBLEMS_PER_ITER", "GROUP", "EVAL_EVERY", "SEED"])
+policy = cospec.policies_from_table(saved["policy_rl"])["CoSpec (RL)"]
+curve, val_curve = saved["rl_curve"], saved["rl_validation"].to_dict("records")
+best = saved["rl_best"][["iteration", "accuracy", "calls_per_token", "keep_rate"]].iloc[0].to_dict()
+best["iteration"] = int(best["iteration"])
+rl_s = seconds("rl")
+print((f"RL: {RL_ITERS} iterations in {rl_s / 60:.1f} min; " if rl_s else f"RL: {RL_ITERS} iterations; ")
+      + f"best validation accuracy {best['accuracy']:.3f} at iteration {best['iteration']}")
 
 # %% [markdown]
 # ### The learning curve
@@ -349,9 +453,11 @@ methods = {"lossless SD": always_target, "AutoJudge (classifier)": judge, "CoSpe
            "CoSpec (RL)": policy}
 methods.update({f"typical eps={e} delta={d}": Typical(e, d) for e, d in TYPICAL})
 methods.update({f"fuzzy JSD<{t}": Fuzzy(t) for t in FUZZY_T})
+test_table = study.step("test_rows", lambda: rows_table({name: evaluate(pol, "test")[0] for name, pol in methods.items()})
+                        .assign(**meta), uses=["rl", "validation", "N_TEST"])
 test_rows, acc = dict(base), dict(acc_base)
-for name, pol in methods.items():
-    test_rows[name] = evaluate(pol, "test")[0]
+for name in methods:
+    test_rows[name] = rows_of(test_table, name)
     acc[name] = accuracy(test_rows[name], "test")
 acc["oracle branch choice"] = acc_oracle
 ref = acc["target AR"]
@@ -410,10 +516,17 @@ def timed_method(name, sd, pol):
     return run
 
 
-with speclib.device.threads(THREADS or None) as threads:
-    timed_runs = bench.paired_runs(ids["test"][:N_TIMED], {name: timed_method(name, *v) for name, v in timed.items()},
-                                   reference="target AR", progress=tqdm)
-results.save(timed_runs.assign(threads=threads, **meta), f"{NB}/timed_runs")
+def timed_step():
+    with speclib.device.threads(THREADS or None) as threads:
+        runs = bench.paired_runs(ids["test"][:N_TIMED], {name: timed_method(name, *v) for name, v in timed.items()},
+                                 reference="target AR", progress=tqdm)
+    same_df = pd.DataFrame([dict(method=m, problem=i, same=bool(v)) for (m, i), v in same.items()])
+    return {"timed_runs": runs.assign(threads=threads, **meta), "same_as_batched": same_df.assign(**meta)}
+
+
+saved = study.step("timed", timed_step, uses=["test_rows", "N_TIMED", "THREADS"])
+timed_runs = saved["timed_runs"]
+same = {(r.method, r.problem): r.same for r in saved["same_as_batched"].itertuples()}
 speed = bench.speedup_table(timed_runs, reference="target AR", seed=SEED)[["method", "speedup", "lo", "hi", "total_ratio"]]
 speed = pd.concat([pd.DataFrame([dict(method="target AR", speedup=1.0, lo=1.0, hi=1.0, total_ratio=1.0)]), speed])
 speed = speed.rename(columns={"lo": "speed_lo", "hi": "speed_hi"}).set_index("method")
@@ -662,6 +775,14 @@ display(Markdown(
     f"speed target {'met' if r.speedup >= 1.5 else 'NOT met'}. (Reported for LLaMA 70B/8B: +1.7 points, 3.96x.)"))
 
 # %% [markdown]
+# ### This run's steps
+# Each expensive step, whether this run computed it or read it from saved results (and from which
+# commit), and how long it took when it was computed.
+
+# %%
+display(study.summary())
+
+# %% [markdown]
 # ## What to take away
 #
 # * **Disagreements carry information.** Section 2 measures how often, at a mismatch, the draft's
@@ -680,3 +801,55 @@ display(Markdown(
 # Caveats: one seed, one synthetic task with exact answers, small models, labels from greedy
 # rollouts along the target's path only, a short RL run with checkpoint selection on validation, and
 # wall-clock speed on `N_TIMED` problems on a CPU.
+
+
+# %% [markdown]
+# ## Exercises
+#
+# Run from the repository root. A run with changed parameters writes under
+# `build/unpublished/04_cospec_rl/<hash>/` and recomputes only the steps that use the changed
+# parameters (and those that read their results). Predict before running.
+#
+# 1. **Longer training.**
+#
+#    ```bash
+#    .venv/bin/python -m speclib.notebooks notebooks/04_cospec_rl.ipynb build/04_rl.ipynb -p RL_ITERS 120
+#    ```
+#
+#    The baselines, rollouts and supervised policies are reused; RL and everything after it is
+#    recomputed. *Look for:* whether the best validation checkpoint moves later and whether test
+#    accuracy moves beyond its interval. *Why:* with a few thousand mismatches to learn from and a
+#    reward that is one bit per solution, the gradient is noisy; more iterations help only if the
+#    signal, not the noise, was the limit.
+#
+# 2. **A longer draft.**
+#
+#    ```bash
+#    .venv/bin/python -m speclib.notebooks notebooks/04_cospec_rl.ipynb build/04_k.ipynb -p K 8
+#    ```
+#
+#    Everything is recomputed (K changes every decoding). *Look for:* lossless SD's speed, and
+#    whether keeping the draft's token at mismatches now buys speed as well as accuracy. *Why:* with
+#    longer drafts each rejection throws away more drafted tokens, so a policy that keeps the draft's
+#    token at a mismatch also saves verify passes.
+#
+# 3. **Fewer labels for the warm start.**
+#
+#    ```bash
+#    .venv/bin/python -m speclib.notebooks notebooks/04_cospec_rl.ipynb build/04_labels.ipynb -p N_LABEL 200
+#    ```
+#
+#    *Look for:* the AutoJudge classifier and the warm start on validation, and how much RL recovers.
+#    *Why:* supervised learning needs the rare draft-right mismatches as examples; RL learns from the
+#    final reward on any problem, so it depends less on them.
+#
+# 4. **Stricter fuzzy thresholds.**
+#
+#    ```bash
+#    .venv/bin/python -m speclib.notebooks notebooks/04_cospec_rl.ipynb build/04_fuzzy.ipynb -p FUZZY_T "[0.01, 0.02, 0.05]"
+#    ```
+#
+#    The rollouts, the supervised policies and RL are reused; validation, the test decoding and the
+#    timed runs are recomputed. *Look for:* the fuzzy rule's keep rate falling towards zero and its accuracy converging to lossless
+#    SD's. *Why:* a JSD threshold keeps the draft's token only where the two distributions are close;
+#    as it shrinks the rule becomes the lossless one.

@@ -46,6 +46,36 @@
 # under a table or figure is read from the results — this run's, or notebook 01's saved ones for the
 # comparison in section 2 — not typed in; only the seed study's numbers (section 6) are quoted.
 
+# %% [markdown]
+# ## About this notebook
+#
+# **What you will learn.**
+#
+# * Why the two costs of the analytic model, the draft's relative cost `c` and the verify pass's
+#   growth `v(K)`, belong to the runtime and not to the model, and how to measure both in minutes.
+# * How to read a runtime's T(n)/T(1) curve: flat (a wide pass rides along for free), straight
+#   (arithmetic-bound, or serial by construction) or with steps (a kernel switch at some width).
+# * How to predict, from those two measurements and the pair's acceptance, whether speculation will
+#   pay on a runtime, and how to name the cause when it does not.
+# * Why greedy identity can fail on a quantized runtime without any bug in the rule, and why a
+#   second CPU thread can make timings worse rather than better on a small machine.
+#
+# **What to know first.** Notebook 01: the draft-then-verify rule, `E`, `c`, `v(K)`, the analytic
+# speedup `E / (K·c + v(K))` and how the workbook measures a speedup (paired runs, a median of
+# per-prompt ratios, a bootstrap interval, K chosen on pilot prompts). That int8, q8_0 and q4_0 are
+# ways of storing weights (and, for int8, activations) in fewer bits, computed by other kernels; no
+# detail of ONNX Runtime or llama.cpp is needed.
+#
+# **How long it takes.** With `RESULTS = "auto"` (the default) and the shipped parameters every step
+# (the pass timings of section 1, the width check, the threads study, the end-to-end runs of section 2)
+# is read from `data/results/`, and the notebook draws everything in about a minute without loading a
+# single runtime besides torch. `"recompute"` runs every step: about 50 minutes on 2 CPU cores, plus,
+# the first time, the exports of the ONNX and GGUF files (cached under `build/backends/`) and about four
+# minutes to build llama-cpp-python (`pip install -e ".[gguf]"`; without it the llama.cpp backends are
+# skipped and the tables say which were measured). Changing a parameter recomputes only the steps that
+# use it; a run whose parameters differ from the shipped ones writes under `build/unpublished/05_backend_latency/…`.
+# `"reuse"` never computes, and names the step and the parameters that differ when it cannot reuse.
+
 # %%
 SMOKE = False           # True: tiny sizes, the whole notebook in under ~2 minutes on 2 CPU cores
 SEED = 0
@@ -69,6 +99,8 @@ MAX_NEW_TOKENS = 128
 THREADS = 1             # every runtime gets the same number of CPU threads (1: see section 1b)
 THREAD_COUNTS = [1, 2]  # section 1b: torch's T(n) at each thread count (capped at the CPUs available)
 THREAD_ROUNDS = 3       # section 1b: interleaved rounds per thread count
+RESULTS = "auto"        # auto: reuse results saved with these parameters, else compute; "recompute"; "reuse"
+PUBLISH = False         # True: a run with non-default parameters also replaces data/results and figures/
 
 # %%
 import time
@@ -84,6 +116,7 @@ import speclib
 from speclib import Sampling, backends, bench, data, results
 from speclib.backends import SerialLM
 from speclib.plotting import savefig, style
+from speclib.study import Study
 
 if SMOKE:
     BACKENDS = ["torch", "torch-int8", "onnx-int8", "llamacpp-q4_0", "serial:torch"]
@@ -97,6 +130,9 @@ GREEDY = Sampling(0.0)
 style()
 torch.manual_seed(SEED)
 torch.set_num_threads(THREADS)
+# the parameters as given, before the backends that are not installed are dropped: a step's tables
+# record which backends it measured
+study = Study(NB, globals(), mode=RESULTS, publish=PUBLISH, always=dict(SMOKE=SMOKE))
 
 
 def runtime(name):
@@ -126,15 +162,13 @@ def lm(model, name):
     return _lms[model, name]
 
 
-t0 = time.perf_counter()
-for name in BACKENDS:
-    lm(TARGET, name), lm(DRAFT, name)
 dev = str(lm(TARGET, "torch").device)
 meta = dict(seed=SEED, device=dev, target=TARGET, draft=DRAFT, threads=THREADS, smoke=SMOKE)
 display(pd.DataFrame([dict(backend=b.name, runtime=b.about, trees=b.trees,
                            used="skipped: " + skipped[b.name] if b.name in skipped else ("yes" if b.name in BACKENDS else "no"))
                       for b in backends.BACKENDS.values()]))
-print(f"loaded {len(_lms)} model/backend pairs in {time.perf_counter() - t0:.0f} s (exports cached under build/backends/); device {dev}")
+print(f"device {dev}; results mode {RESULTS!r}: this run {study.where()}. A step that computes loads each backend "
+      f"when it first needs it (exports cached under build/backends/).")
 
 # %% [markdown]
 # ## 1 · One pass over n tokens: T(n) / T(1) per backend
@@ -160,16 +194,20 @@ print(f"loaded {len(_lms)} model/backend pairs in {time.perf_counter() - t0:.0f}
 # curve's one-token time, its ratio at n = N_MAX, a fitted slope and its largest single step.
 
 # %%
-lat_rows = []
-for model in [TARGET, DRAFT]:
-    for b in tqdm(BACKENDS, desc=model):
-        for pre in PREFIXES:      # one backend at a time: see section 3 for what interleaving runtimes costs
-            secs = bench.latencies([(lm(model, b), n) for n in NS], prefix_len=pre, repeats=REPEATS, warmup=5)
-            lat_rows += [dict(model=model, role="target" if model == TARGET else "draft", backend=b, prefix=pre, n=n,
-                              seconds=s) for n, s in zip(NS, secs)]
-lat = pd.DataFrame(lat_rows)
-lat["ratio"] = lat.seconds / lat.groupby(["model", "backend", "prefix"]).seconds.transform("first")
-results.save(lat.assign(**meta), f"{NB}/latency")
+def pass_latencies():
+    lat_rows = []
+    for model in [TARGET, DRAFT]:
+        for b in tqdm(BACKENDS, desc=model):
+            for pre in PREFIXES:      # one backend at a time: see section 3 for what interleaving runtimes costs
+                secs = bench.latencies([(lm(model, b), n) for n in NS], prefix_len=pre, repeats=REPEATS, warmup=5)
+                lat_rows += [dict(model=model, role="target" if model == TARGET else "draft", backend=b, prefix=pre, n=n,
+                                  seconds=s) for n, s in zip(NS, secs)]
+    lat = pd.DataFrame(lat_rows)
+    lat["ratio"] = lat.seconds / lat.groupby(["model", "backend", "prefix"]).seconds.transform("first")
+    return lat.assign(**meta)
+
+
+lat = study.step("latency", pass_latencies, uses=["TARGET", "DRAFT", "BACKENDS", "N_MAX", "PREFIXES", "REPEATS", "THREADS"])
 
 
 def classify(g):
@@ -188,7 +226,7 @@ results.save(shape.assign(**meta), f"{NB}/classes")
 display(shape.round(3))
 
 fig, axes = plt.subplots(len(PREFIXES), 2, figsize=(11, 3.6 * len(PREFIXES)), squeeze=False, sharey=True)
-colors = dict(zip(BACKENDS, plt.cm.tab10(np.linspace(0, 1, 10))))
+colors = dict(zip(lat.backend.unique(), plt.cm.tab10(np.linspace(0, 1, 10))))
 for i, pre in enumerate(PREFIXES):
     for j, role in enumerate(["target", "draft"]):
         ax = axes[i, j]
@@ -234,27 +272,33 @@ display(Markdown(
 # differ from AR's without any bug in the rule.
 
 # %%
-gen = torch.Generator().manual_seed(SEED)
-prefix = torch.randint(0, 4096, (128,), generator=gen).tolist()
-toks = torch.randint(0, 4096, (8,), generator=gen).tolist()
-width = []
-for b in [b for b in BACKENDS if not b.startswith("serial")]:
-    m = lm(TARGET, b)
-    m.reset(prefix)
-    wide = m.extend(toks, list(range(-1, 7))).float()
-    m.reset(prefix)
-    narrow = SerialLM(m).extend(toks, list(range(-1, 7))).float()
-    width.append(dict(backend=b, max_abs_diff=(wide - narrow).abs().max().item(),
-                      argmax_differs=(wide.argmax(-1) != narrow.argmax(-1)).float().mean().item()))
-width = pd.DataFrame(width)
-results.save(width.assign(**meta), f"{NB}/width")
+WIDTH = 8                  # tokens of the wide pass
+
+
+def width_check():
+    gen = torch.Generator().manual_seed(SEED)
+    prefix = torch.randint(0, 4096, (128,), generator=gen).tolist()
+    toks = torch.randint(0, 4096, (WIDTH,), generator=gen).tolist()
+    width = []
+    for b in [b for b in BACKENDS if not b.startswith("serial")]:
+        m = lm(TARGET, b)
+        m.reset(prefix)
+        wide = m.extend(toks, list(range(-1, WIDTH - 1))).float()
+        m.reset(prefix)
+        narrow = SerialLM(m).extend(toks, list(range(-1, WIDTH - 1))).float()
+        width.append(dict(backend=b, max_abs_diff=(wide - narrow).abs().max().item(),
+                          argmax_differs=(wide.argmax(-1) != narrow.argmax(-1)).float().mean().item()))
+    return pd.DataFrame(width).assign(**meta)
+
+
+width = study.step("width", width_check, uses=["TARGET", "BACKENDS", "SEED"])
 display(width)
 wd = width.set_index("backend")
 display(Markdown(
     f"The largest logit difference between the wide pass and the one-token passes ranges from "
     f"{wd.max_abs_diff.min():.2g} ({wd.max_abs_diff.idxmin()}) to {wd.max_abs_diff.max():.2g} "
     f"({wd.max_abs_diff.idxmax()}); the greedy token differs at "
-    + (", ".join(f"{r.argmax_differs * len(toks):.0f} of the {len(toks)} positions on {r.Index}"
+    + (", ".join(f"{r.argmax_differs * WIDTH:.0f} of the {WIDTH} positions on {r.Index}"
                  for r in wd[wd.argmax_differs > 0].itertuples())
        if (wd.argmax_differs > 0).any() else "no position on any backend") + "."))
 
@@ -271,17 +315,21 @@ display(Markdown(
 # by itself; the cache drafters of notebook 02 pad or cut their drafts to the cheaper sizes).
 
 # %%
-thread_rows = []
-counts = [t for t in THREAD_COUNTS if t <= speclib.device.cpu_count()]
-for rnd in range(THREAD_ROUNDS):
-    for t in (counts if rnd % 2 == 0 else counts[::-1]):
-        torch.set_num_threads(t)
-        secs = bench.latencies([(lm(TARGET, "torch"), n) for n in NS], prefix_len=128, repeats=REPEATS)
-        thread_rows += [dict(threads=t, round=rnd, n=n, seconds=x) for n, x in zip(NS, secs)]
-torch.set_num_threads(THREADS)
-thr = pd.DataFrame(thread_rows)
-thr["v"] = thr.seconds / thr.groupby(["threads", "round"]).seconds.transform("first")
-results.save(thr.assign(**meta), f"{NB}/threads")
+def thread_latencies():
+    thread_rows = []
+    counts = [t for t in THREAD_COUNTS if t <= speclib.device.cpu_count()]
+    for rnd in range(THREAD_ROUNDS):
+        for t in (counts if rnd % 2 == 0 else counts[::-1]):
+            with speclib.device.threads(t):
+                secs = bench.latencies([(lm(TARGET, "torch"), n) for n in NS], prefix_len=128, repeats=REPEATS)
+            thread_rows += [dict(threads=t, round=rnd, n=n, seconds=x) for n, x in zip(NS, secs)]
+    thr = pd.DataFrame(thread_rows)
+    thr["v"] = thr.seconds / thr.groupby(["threads", "round"]).seconds.transform("first")
+    return thr.assign(**meta)
+
+
+thr = study.step("threads", thread_latencies, uses=["TARGET", "N_MAX", "REPEATS", "THREAD_COUNTS", "THREAD_ROUNDS"])
+counts = sorted(thr.threads.unique())
 
 fig, axes = plt.subplots(1, 2, figsize=(11, 3.6))
 for i, (t, g) in enumerate(thr.groupby("threads")):
@@ -370,21 +418,29 @@ prompt_rows = data.load_workload("code_stdlib", n_all)
 prompts = [lm(TARGET, "torch").encode(r["prompt"]) for r in prompt_rows]
 splits = {"pilot": (prompts[:N_PILOT], 1), "report": (prompts[N_PILOT:], ROUNDS)}
 print(f"{N_PILOT} pilot + {N_PROMPTS} reported stdlib prompts, {np.mean([len(p) for p in prompts]):.0f} tokens on "
-      f"average; reported runs x {ROUNDS} round(s); {len(CONFIGS)} configurations")
-frames, prof_rows = [], []
-for tb, db in tqdm(CONFIGS, desc="configurations"):
-    target, draft = lm(TARGET, tb), lm(DRAFT, db)
-    cfg = f"{tb} ← {db}"
-    prof = bench.cost_profile(target, draft, KS, prefix_len=128, repeats=REPEATS)
-    prof_rows += [dict(config=cfg, target_backend=tb, draft_backend=db, K=k, c=prof["c"], v=prof["v"][k],
-                       target_1_ms=prof["target_1"] * 1e3, draft_1_ms=prof["draft_1"] * 1e3) for k in KS]
-    methods = bench.chain_methods(target, draft, KS, MAX_NEW_TOKENS, GREEDY, SEED)
-    for split, (ps, rounds) in splits.items():
-        r = bench.paired_runs(ps, methods, rounds=rounds, progress=tqdm)
-        frames.append(r.assign(config=cfg, target_backend=tb, draft_backend=db, split=split))
-runs, profile = pd.concat(frames, ignore_index=True), pd.DataFrame(prof_rows)
-runs["K"] = runs.method.str.extract(r"K=(\d+)", expand=False).fillna("0").astype(int)
-results.save(runs.assign(**meta), f"{NB}/runs")
+      f"average; reported runs x {ROUNDS} round(s)")
+
+
+def config_runs():
+    frames, prof_rows = [], []
+    for tb, db in tqdm(CONFIGS, desc="configurations"):
+        target, draft = lm(TARGET, tb), lm(DRAFT, db)
+        cfg = f"{tb} ← {db}"
+        prof = bench.cost_profile(target, draft, KS, prefix_len=128, repeats=REPEATS)
+        prof_rows += [dict(config=cfg, target_backend=tb, draft_backend=db, K=k, c=prof["c"], v=prof["v"][k],
+                           target_1_ms=prof["target_1"] * 1e3, draft_1_ms=prof["draft_1"] * 1e3) for k in KS]
+        methods = bench.chain_methods(target, draft, KS, MAX_NEW_TOKENS, GREEDY, SEED)
+        for split, (ps, rounds) in splits.items():
+            r = bench.paired_runs(ps, methods, rounds=rounds, progress=tqdm)
+            frames.append(r.assign(config=cfg, target_backend=tb, draft_backend=db, split=split))
+    runs = pd.concat(frames, ignore_index=True)
+    runs["K"] = runs.method.str.extract(r"K=(\d+)", expand=False).fillna("0").astype(int)
+    return {"runs": runs.assign(**meta), "profile": pd.DataFrame(prof_rows).assign(**meta)}
+
+
+saved = study.step("runs", config_runs, uses=["TARGET", "DRAFT", "CONFIGS", "REPEATS", "K_MAX", "N_PILOT", "N_PROMPTS",
+                                              "ROUNDS", "MAX_NEW_TOKENS", "THREADS", "SEED"])
+runs, profile = saved["runs"], saved["profile"].drop(columns=list(meta) + ["git_sha"])
 
 
 def speed_table(cfg, split):
@@ -514,10 +570,10 @@ display(Markdown(
 # %%
 NEED_01 = ["mode", "split", "K", "speedup", "lo", "hi", "chosen", "c", "v", "token_acceptance"]
 ours = report[report.config == "torch ← torch"].set_index("K")
-try:
-    nb01 = results.load("01_baseline/speedup")
-except ValueError:
-    nb01 = None
+nb01 = None
+for root in (results.root(), speclib.device.REPO / "data" / "results"):    # this run's folder, then the committed results
+    if nb01 is None and results.path("01_baseline/speedup", root).is_file():
+        nb01 = results.load("01_baseline/speedup", root)
 if nb01 is None:
     print("Notebook 01 has no saved result `01_baseline/speedup` in this results folder: run notebook 01 first "
           "to compare with it.")
@@ -729,3 +785,81 @@ seed_tbl = pd.DataFrame([
 ])
 results.save(seed_tbl.assign(**meta), f"{NB}/seed_comparison")
 display(seed_tbl)
+
+# %% [markdown]
+# ### This run's steps
+# Each expensive step, whether this run computed it or read it from saved results (and from which
+# commit), and how long it took when it was computed. A step recorded from results made before steps
+# were timed shows no time.
+
+# %%
+display(study.summary())
+
+# %% [markdown]
+# ## What to take away
+#
+# * **c and v(K) are measurements of a runtime, not constants of speculative decoding.** The same
+#   weights give a flat T(n) on one runtime and a steep or stepped one on another, and a draft that
+#   is cheap on one runtime is nearly as slow as the target on another because of per-call overhead.
+# * **Two short measurements predict the sign of the result.** T(n)/T(1) of the target and
+#   T_draft(1)/T_target(1), with the pair's per-token acceptance, place a configuration on the
+#   break-even map of section 4 before any end-to-end run.
+# * **A loss has a named cause**: drafting too expensive (`K·c` large) or verification not parallel
+#   (`v(K) − 1` large). Section 3 says which, per configuration.
+# * **Exactness holds in exact arithmetic.** A quantized or reordered wide pass computes slightly
+#   different logits from the one-token passes, so greedy SD and greedy AR can part at a near-tie
+#   (section 5): check the width difference before calling a mismatch a bug.
+# * **Small machines need care with threads**: on two cores one torch thread gives smooth, repeatable
+#   timings; two make the wide passes erratic (section 1b).
+#
+# Caveats: one machine, tiny models (27M and 1.6M parameters), short prompts; on a GPU or with large
+# models most runtimes move towards the flat, weight-bound regime in which speculation pays.
+
+# %% [markdown]
+# ## Exercises
+#
+# Run from the repository root. A run with changed parameters writes under
+# `build/unpublished/05_backend_latency/<hash>/` and recomputes only the steps that use the changed
+# parameters; the rest is read from the shipped results. Predict before running.
+#
+# 1. **A longer prefix.**
+#
+#    ```bash
+#    .venv/bin/python -m speclib.notebooks notebooks/05_backend_latency.ipynb build/05_prefix.ipynb -p PREFIXES "[128, 2048]"
+#    ```
+#
+#    Only section 1's pass timings are recomputed. *Look for:* T(1) growing with the prefix on every
+#    backend, and whether T(n)/T(1) flattens. *Why:* each pass reads the whole cached prefix once,
+#    however many new tokens it carries; the longer that shared read, the smaller the share of the
+#    cost that grows with n.
+#
+# 2. **Two threads for every runtime.**
+#
+#    ```bash
+#    .venv/bin/python -m speclib.notebooks notebooks/05_backend_latency.ipynb build/05_threads.ipynb -p THREADS 2
+#    ```
+#
+#    *Look for:* `c` and `v(K)` per backend moving in different directions, and the speedups' single
+#    rounds spreading (raise `ROUNDS` to see it). *Why:* a second thread can split a wide pass's
+#    arithmetic but not a tiny draft's per-call overhead, and on two cores it competes with everything
+#    else (section 1b).
+#
+# 3. **Your own pairing.**
+#
+#    ```bash
+#    .venv/bin/python -m speclib.notebooks notebooks/05_backend_latency.ipynb build/05_pairs.ipynb -p CONFIGS '[["torch", "llamacpp-q4_0"], ["onnx", "onnx"]]'
+#    ```
+#
+#    Before running, read `c` and `v(K)` for the two backends off section 1 and place each pairing on
+#    section 4's map. *Look for:* whether the measured speedup lands where the map said. *Why:* the
+#    acceptance barely changes between runtimes, so the map's two axes carry the prediction.
+#
+# 4. **Run-to-run spread.**
+#
+#    ```bash
+#    .venv/bin/python -m speclib.notebooks notebooks/05_backend_latency.ipynb build/05_rounds.ipynb -p ROUNDS 3
+#    ```
+#
+#    *Look for:* the light bands of single rounds in the predicted-vs-measured figure, and whether the
+#    chosen K's interval covers every round. *Why:* the interval is over prompts within one run;
+#    rounds show what another run on the same machine would have reported.
