@@ -346,6 +346,7 @@ def verify_timings():
 
 verify = study.step("verify", verify_timings, uses=["TARGET", "BATCHES", "TREE_SIZES", "TREE_DEPTHS", "PREFIX_LEN",
                                                     "LATENCY_REPEATS", "TREE_DEPTH", "SEED", "N_PROMPTS", "THREADS"])
+mem = verify.groupby("strategy").state_bytes_at_n64.first().to_dict()     # speculative state held per strategy
 
 # %% [markdown]
 # ### The whole model: one verify pass, by tree size and by batch
@@ -752,7 +753,7 @@ display(Markdown(
     f"{s1.tokens_per_call[leaves]:.2f} tokens per call, {s1.drafted_per_call[leaves]:.1f} nodes). Against the chain on "
     f"the same prompts (the tree's speed over the chain's): EAGLE-2 tree {vs_txt(tree)}, chain + leaves "
     f"**{vs_txt(leaves)}**. Batch {DECODE_BATCH}: tree SD {sb.speedup[tree]:.2f}x and chain SD {sb.speedup[chain]:.2f}x "
-    f"the throughput of batched AR (median over {len(groups)} groups; total-time ratios {sb.total_ratio[tree]:.2f}x and "
+    f"the throughput of batched AR (median over {batched.group.nunique()} groups; total-time ratios {sb.total_ratio[tree]:.2f}x and "
     f"{sb.total_ratio[chain]:.2f}x). Outputs identical to AR: {int(summary.identical.sum())}/{int(summary.of.sum())} "
     f"(AR rows compare with themselves)."))
 vs = s1.vs_chain[tree], s1.vs_chain_lo[tree], s1.vs_chain_hi[tree]
