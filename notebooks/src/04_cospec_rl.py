@@ -138,7 +138,7 @@ def rows_of(table: pd.DataFrame, method: str) -> list[dict]:
     """The rows of `method` back from `rows_table`, in problem order."""
     g = table[table.method == method].sort_values("problem")
     return [dict(tokens=[int(t) for t in tok], target_calls=int(c), kept=np.asarray(k, dtype=bool),
-                 at=[tuple(int(x) for x in a) for a in at]) for tok, c, k, at in zip(g.tokens, g.target_calls, g.kept, g.at)]
+                 at=[tuple(int(x) for x in a) for a in at]) for tok, c, k, at in zip(g["tokens"], g["target_calls"], g["kept"], g["at"])]
 
 
 def seconds(step):

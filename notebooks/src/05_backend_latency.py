@@ -325,7 +325,8 @@ def thread_latencies():
             thread_rows += [dict(threads=t, round=rnd, n=n, seconds=x) for n, x in zip(NS, secs)]
     thr = pd.DataFrame(thread_rows)
     thr["v"] = thr.seconds / thr.groupby(["threads", "round"]).seconds.transform("first")
-    return thr.assign(**meta)
+    # `meta` carries the notebook's THREADS; this table's own thread count must not be overwritten
+    return thr.assign(**{k: v for k, v in meta.items() if k != "threads"})
 
 
 thr = study.step("threads", thread_latencies, uses=["TARGET", "N_MAX", "REPEATS", "THREAD_COUNTS", "THREAD_ROUNDS"])
