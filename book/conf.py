@@ -7,7 +7,7 @@ so the book opens from any static file server with no network.
 """
 project = "speclib"
 author = "the speclib authors"
-extensions = ["myst_nb", "sphinx_mathjax_offline"]
+extensions = ["myst_nb", "sphinx-mathjax-offline"]   # the package installs under this hyphenated name
 myst_enable_extensions = ["dollarmath", "amsmath"]
 myst_heading_anchors = 3
 nb_execution_mode = "off"               # papermill already ran every notebook
