@@ -20,3 +20,4 @@ html_title = "speclib: a workbook on speculative decoding"
 html_theme_options = {"show_toc_level": 2, "use_download_button": False, "use_fullscreen_button": False}
 html_static_path = []
 html_copy_source = False
+html_favicon = "favicon.svg"   # a page without one makes browsers ask the server for /favicon.ico (a 404)
