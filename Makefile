@@ -24,10 +24,13 @@ figures: venv
 	# if it cannot build, notebook 05 skips those backends and says so
 	$(BIN)/python -m pip install -q -e ".[gguf]" || echo "llama-cpp-python did not install: notebook 05 skips llama.cpp"
 	mkdir -p build
-	@for nb in $(NOTEBOOKS); do \
+	# RAY_ADDRESS=host:port: each notebook a Ray task on a node of its own (speclib.sweep --publish)
+	@if [ -n "$(RAY_ADDRESS)" ]; then \
+	  $(BIN)/python -m speclib.sweep $(NOTEBOOKS) --publish --address "$(RAY_ADDRESS)" -p RESULTS recompute $(PARAMS) || exit 1; \
+	else for nb in $(NOTEBOOKS); do \
 	  echo "== $$nb"; \
 	  $(BIN)/python -m speclib.notebooks $$nb build/$$(basename $$nb) -p RESULTS recompute $(PARAMS) || exit 1; \
-	done
+	done; fi
 	$(BIN)/python -m speclib.report
 
 test: venv
