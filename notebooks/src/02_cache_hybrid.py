@@ -59,8 +59,8 @@
 # **How long it takes.** With `RESULTS = "auto"` (the default) and the shipped parameters every step
 # (the bare timings, the logged fit and evaluation runs, the end-to-end policy runs) is read from
 # `data/results/`; only the payoff predictor is refitted (seconds) and the notebook draws everything
-# in about a minute. `"recompute"` runs every step: about 20 minutes on 2 CPU cores, most of it the
-# policy runs of section 4. Changing a parameter recomputes only the steps that use it; a run whose
+# in about a minute. `"recompute"` runs every step: about 55 minutes on 2 CPU cores (fit logs 10,
+# evaluation logs 7, the policy runs of section 4 33: nine policies on 60 prompts, three rounds each). Changing a parameter recomputes only the steps that use it; a run whose
 # parameters differ from the shipped ones writes under `build/unpublished/02_cache_hybrid/…`.
 # `"reuse"` never computes, and names the step and the parameters that differ when it cannot reuse.
 # The table at the end of section 5 lists each step and how long it took when it was computed.
