@@ -51,7 +51,7 @@ CONTROL = ("RESULTS", "PUBLISH")        # parameters that choose how a run is st
 META_KEY = "speclib.step"               # parquet metadata key holding the producing step's run id
 MANIFEST = ".step.json"
 
-__all__ = ["MODES", "Study", "notebook_defaults", "StepMismatch"]
+__all__ = ["MODES", "Study", "notebook_defaults", "StepMismatch", "broken_steps"]
 
 
 _routed: str | None = None               # the SPECLIB_OUT a Study set for an unpublished run in this process
@@ -285,6 +285,22 @@ class Study:
     def summary(self) -> pd.DataFrame:
         """One row per step of this run: computed or reused, seconds now, seconds when computed."""
         return pd.DataFrame(self.log, columns=["step", "action", "seconds", "computed_s", "git_sha"])
+
+
+def broken_steps(root: str | Path) -> list[str]:
+    """Saved steps under `root` (a results folder) that "auto" could never reuse: a table listed in a
+    step's manifest is missing or was overwritten by another save (its run id is not the manifest's),
+    e.g. a notebook saving a summary under its step's table name. One line per broken table."""
+    out = []
+    for mp in sorted(Path(root).glob(f"*/*{MANIFEST}")):
+        man = json.loads(mp.read_text())
+        for t in man["tables"]:
+            p = mp.parent / f"{t}.parquet"
+            got = (pq.read_schema(p).metadata or {}).get(META_KEY.encode(), b"").decode() if p.is_file() else "missing"
+            if got != man["run_id"]:
+                out.append(f"{mp.parent.name}/{man['step']}: table {t} has run id {got or 'none'}, "
+                           f"the manifest says {man['run_id']}")
+    return out
 
 
 def _adoptions() -> dict[str, list[str] | None]:

@@ -49,6 +49,7 @@ def smoke_run(tmp_path_factory):
     the folder holding the executed notebook (`01_baseline.ipynb`) and its results/ and figures/."""
     from speclib.device import REPO
     from speclib.notebooks import run
+    from speclib.study import broken_steps
     root = tmp_path_factory.mktemp("smoke")
     done = set()
 
@@ -63,6 +64,8 @@ def smoke_run(tmp_path_factory):
                     os.environ.pop("SPECLIB_OUT", None)
                 else:
                     os.environ["SPECLIB_OUT"] = before
+            broken = broken_steps(root / "results")      # a step whose table a later save overwrote
+            assert not broken, broken
             done.add(name)
         return root
     return run_once

@@ -208,3 +208,18 @@ def test_a_published_run_after_an_unpublished_one_in_the_same_kernel_publishes(t
     assert smoke.out is not None and results.root() == smoke.out / "results"
     full = Study("99_test", dict(DEFAULTS), defaults=DEFAULTS)       # e.g. the reader reset the parameters cell
     assert full.out is None and results.root() == tmp_path / "data" / "results"
+
+
+def test_every_committed_step_is_whole():
+    """Each committed manifest's tables carry its run id, so "auto" can reuse every step (a summary
+    saved under a step's table name once made notebook 03 recompute its decode runs in every book build)."""
+    assert study.broken_steps(REPO / "data" / "results") == []
+
+
+def test_broken_steps_names_an_overwritten_table(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECLIB_OUT", str(tmp_path))
+    s = Study("99_test", dict(DEFAULTS), defaults=DEFAULTS)
+    s.step("runs", lambda: pd.DataFrame(dict(x=[1, 2])))
+    assert study.broken_steps(tmp_path / "results") == []
+    results.save(pd.DataFrame(dict(x=[3])), "99_test/runs")            # a summary under the step's name
+    assert [b.split(":")[0] for b in study.broken_steps(tmp_path / "results")] == ["99_test/runs"]

@@ -632,7 +632,8 @@ decode_methods = {
     mat: lambda ids, i: generate(target.view(strategy="materialize"), ids, MAX_NEW_TOKENS, drafter=eagle(), sampling=GREEDY),
     leaves: lambda ids, i: generate(target, ids, MAX_NEW_TOKENS, drafter=spine(K_SPINE, SPINE_VALUE), sampling=GREEDY),
 }
-decode = study.step("decode", lambda: bench.paired_runs(prompts, decode_methods, progress=tqdm).assign(**meta),
+# the step's table is decode_paired: "decode" is the summary saved below
+decode = study.step("decode_paired", lambda: bench.paired_runs(prompts, decode_methods, progress=tqdm).assign(**meta),
                     uses=["pilot_runs", "verify"])
 decode["drafted_per_call"] = decode.drafted / decode.target_calls.clip(lower=1)
 per_method = decode.groupby("method", sort=False).agg(tokens_per_s=("tokens_per_s", "median"),
