@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 
 import numpy as np
+import pandas as pd
 
 from . import results
 from .device import REPO
@@ -150,8 +151,66 @@ def _rows_05() -> list[tuple[str, str, str]]:
     return [(k, v, f"`data/results/{nb}/{f}`") for k, v, f in rows]
 
 
+PAIRS_SWEEP = REPO / "data" / "sweeps" / "02_model_pairs"     # notebook 02 on each model pair (README)
+PAIRS_TABLES = PAIRS_SWEEP / "tables" / "02_cache_hybrid"
+PAIRS_POLICIES = ["model", "prompt lookup", "suffix", "HVD (ours)", "oracle (hindsight)"]
+
+
+def _pairs_tables():
+    """The 02_model_pairs sweep's combined speedup tables, one row per point, policy (and workload)."""
+    pooled, speed = (pd.read_parquet(PAIRS_TABLES / f"{t}.parquet") for t in ("agentic_pooled", "speedup"))
+    for df in (pooled, speed):
+        df["pair"] = df.TARGET + " ← " + df.DRAFT
+    return pooled, speed
+
+
+def _rows_sweeps() -> list[tuple[str, str, str]]:
+    if not PAIRS_TABLES.is_dir():
+        return []
+    pooled, _ = _pairs_tables()
+    rows = []
+    for pair, g in pooled.groupby("pair", sort=False):
+        g = g.set_index("policy")
+        h = g.loc["HVD (ours)"]
+        alone = "; ".join(f"{p} {g.loc[p, 'speedup']:.2f}x" for p in PAIRS_POLICIES[:3] if p in g.index)
+        rows.append((f"sweep 02_model_pairs, {pair}: agentic workloads pooled, HVD (ours)",
+                     f"**{h.speedup:.2f}x** over AR (95% CI {h.lo:.2f}–{h.hi:.2f}{_total(h)}); "
+                     f"{h.vs_best_single:.2f}x {h.best_single} paired per prompt (CI {h.vs_lo:.2f}–{h.vs_hi:.2f}); "
+                     f"alone: {alone}; identical to AR {h.identical} / {h.of}",
+                     "`data/sweeps/02_model_pairs/tables/02_cache_hybrid/agentic_pooled.parquet`"))
+    return rows
+
+
+def draw_pairs_sweep(root=None):
+    """figures/sweep_02_model_pairs: speedup over AR per workload and policy, one panel per model
+    pair of the 02_model_pairs sweep, drawn from its combined tables."""
+    import matplotlib.pyplot as plt
+    from . import plotting
+    _, speed = _pairs_tables()
+    speed = speed[speed.policy.isin(PAIRS_POLICIES)]
+    pairs, workloads = list(dict.fromkeys(speed.pair)), list(dict.fromkeys(speed.workload))
+    plotting.style()
+    fig, axes = plt.subplots(1, len(pairs), figsize=(6.5 * len(pairs), 4.2), sharey=True, squeeze=False)
+    width = 0.8 / len(PAIRS_POLICIES)
+    for ax, pair in zip(axes[0], pairs):
+        g = speed[speed.pair == pair]
+        for j, pol in enumerate(PAIRS_POLICIES):
+            r = g[g.policy == pol].set_index("workload").reindex(workloads)
+            x = np.arange(len(workloads)) + (j - (len(PAIRS_POLICIES) - 1) / 2) * width
+            ax.bar(x, r.speedup, width, label=pol, color=f"C{j}")
+            ax.errorbar(x, r.speedup, yerr=[r.speedup - r.lo, r.hi - r.speedup], fmt="none", ecolor="0.25", lw=0.8)
+        ax.axhline(1, color="k", lw=0.8, ls=":")
+        ax.set_xticks(np.arange(len(workloads)), [w.replace("_", "\n", 1) for w in workloads], fontsize=9)
+        ax.set(title=f"target ← draft: {pair}", ylabel="speedup over AR (median, 95% CI)")
+    axes[0, 0].legend(ncols=len(PAIRS_POLICIES), loc="upper center", bbox_to_anchor=(len(pairs) / 2 + 0.05, -0.16),
+                      fontsize=9, frameon=False)
+    paths = plotting.savefig(fig, "sweep_02_model_pairs", root=root)
+    plt.close(fig)
+    return paths
+
+
 SECTIONS = {"01_baseline": _rows_01, "02_cache_hybrid": _rows_02, "03_tree_hybrid": _rows_03, "04_cospec_rl": _rows_04,
-            "05_backend_latency": _rows_05}
+            "05_backend_latency": _rows_05, "sweeps": _rows_sweeps}
 
 
 def table() -> str:
@@ -166,13 +225,34 @@ def table() -> str:
     return "\n".join(lines)
 
 
+def support_table() -> str:
+    """The support matrix (`python -m speclib.support`) as a markdown table, families that share a
+    row of results grouped on one line."""
+    m = results.load("support_matrix")
+    cols = ["lm_class", "strategy", "chains", "trees", "batched"]
+    lines = ["| families | LM class | strategy | chains | trees | batched verification |", "|---|---|---|---|---|---|"]
+    checked = m[m.chains.notna()]
+    for key, g in checked.groupby(cols, sort=False):
+        lines.append(f"| {', '.join(g.family)} | `{key[0]}` | {key[1]} | {key[2]} | {key[3]} | {key[4]} |")
+    lines.append("")
+    lines += [f"- {r.family}: {r.note}" for r in m[m.chains.isna()].itertuples()]
+    return "\n".join(lines)
+
+
+def _replace(text: str, marker: str, body: str) -> str:
+    return re.sub(rf"(<!-- {marker} -->\n).*?(\n<!-- /{marker} -->)", lambda m: m.group(1) + body + m.group(2),
+                  text, flags=re.S)
+
+
 def update_readme() -> None:
-    text = README.read_text()
-    new = re.sub(r"(<!-- results-table -->\n).*?(\n<!-- /results-table -->)",
-                 lambda m: m.group(1) + table() + m.group(2), text, flags=re.S)
-    README.write_text(new)
+    text = _replace(README.read_text(), "results-table", table())
+    if "<!-- support-matrix -->" in text and results.path("support_matrix").is_file():
+        text = _replace(text, "support-matrix", support_table())
+    README.write_text(text)
 
 
 if __name__ == "__main__":
     update_readme()
+    if PAIRS_TABLES.is_dir():
+        draw_pairs_sweep()
     print(table())
