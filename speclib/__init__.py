@@ -12,7 +12,8 @@ from .lm import HFLM, checkpoints
 from .loading import load
 from .protocols import LM, Acceptor, Drafter
 from .sampling import Sampling
+from .stateful import StatefulLM
 from .tree import Tree
 
 __all__ = ["Acceptor", "Drafter", "LM", "HFLM", "Generation", "HybridDrafter", "Lossless", "ModelDrafter", "PromptLookupDrafter", "SelfDrafter",
-           "Sampling", "SuffixDrafter", "Tree", "TreeDrafter", "checkpoints", "data", "generate", "generate_batch", "load", "stats"]
+           "Sampling", "StatefulLM", "SuffixDrafter", "Tree", "TreeDrafter", "checkpoints", "data", "generate", "generate_batch", "load", "stats"]

@@ -173,18 +173,28 @@ class HFLM(BaseLM):
         self.dtype = next(model.parameters()).dtype
         self._start(0)
         self.cache = None
+        self._tree_reason: str | None = None        # why trees are refused; set by the first tree extend
+        self._tree_probed = False
 
     @torch.inference_mode()
     def reset(self, prompt_ids) -> torch.Tensor:
         from transformers import DynamicCache
         ids = self._prompt_ids(prompt_ids)
         self.cache = DynamicCache(config=self.model.config)
+        if any(self.cache.is_sliding):            # keep every position, so commit's absolute indices stay valid
+            self.cache.activate_past_recording()
         self._start(ids.numel())
         out = self.model(input_ids=ids[None], cache=self.cache, use_cache=True)
         return out.logits[0, -1].float()
 
     @torch.inference_mode()
     def extend(self, tokens, parents) -> torch.Tensor:
+        self._check_reset()
+        tokens, parents = self._extend_args(tokens, parents)
+        check_parents(parents, offset=len(self.pending_parents))    # topological errors before the tree one
+        if not self._is_chain_continuation(parents) and self.trees_unsupported() is not None:
+            raise ValueError(f"{type(self.model).__name__} verifies chains only here, got parents {parents} "
+                             f"after pending {self.pending_parents}: {self._tree_reason}")
         ids, pos, old, chain = self._new_nodes(tokens, parents)
         mask = None
         if not chain:        # [1, 1, new, committed + pending] additive: prefix + ancestors-or-self
@@ -201,11 +211,51 @@ class HFLM(BaseLM):
         path = list(path)
         self._check_path(path)
         n, keep = self.n_committed, len(path)
-        if path == list(range(keep)):              # a chain prefix: plain crop
-            for layer in self.cache.layers:
+        chain = path == list(range(keep))
+        idx = None if chain else torch.cat([torch.arange(n), n + torch.tensor(path)]).to(self.device)
+        for layer in self.cache.layers:
+            if layer.keys is None:                 # a layer that stores nothing (KV shared with another)
+                continue
+            if chain:                              # a chain prefix: plain crop
                 layer.keys, layer.values = layer.keys[:, :, :n + keep], layer.values[:, :, :n + keep]
-        else:                                      # gather the kept positions
-            idx = torch.cat([torch.arange(n), n + torch.tensor(path)]).to(self.device)
-            for layer in self.cache.layers:
+            else:                                  # gather the kept positions
                 layer.keys, layer.values = layer.keys[:, :, idx], layer.values[:, :, idx]
+            if hasattr(layer, "cumulative_length"):  # sliding layers count positions themselves
+                layer.cumulative_length = n + keep
         self._start(n + keep)
+
+    def trees_unsupported(self) -> str | None:
+        """None when this model honours speclib's 4D tree mask, else why not. Checked once per LM: sliding-
+        window layers are refused (their cache keeps a window and masks it itself, so a custom mask over the
+        whole sequence does not fit once past the window), then a probe compares two sibling nodes against
+        fresh forwards (an architecture that ignores or rebuilds a custom mask fails it)."""
+        if not self._tree_probed:
+            self._tree_reason, self._tree_probed = _tree_probe(self.model, self.dtype, self.device), True
+        return self._tree_reason
+
+
+@torch.inference_mode()
+def _tree_probe(model, dtype, device) -> str | None:
+    from transformers import DynamicCache
+    cache = DynamicCache(config=model.config)
+    if any(cache.is_sliding):
+        return ("it has sliding-window attention layers, whose cache keeps only the window and builds its own "
+                "window mask, so a custom tree mask over the whole sequence does not apply")
+    V = model.config.get_text_config(decoder=True).vocab_size
+    a, b, c, d = (t % V for t in (5, 7, 11, 13))
+    allowed = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 1]], dtype=torch.bool, device=device)   # c, d: siblings
+    mask = torch.zeros(allowed.shape, dtype=dtype, device=device).masked_fill_(~allowed, torch.finfo(dtype).min)
+
+    def ids(*t):
+        return torch.tensor([t], device=device)
+    try:
+        model(input_ids=ids(a, b), cache=cache, use_cache=True)
+        got = model(input_ids=ids(c, d), position_ids=ids(2, 2), attention_mask=mask[None, None], cache=cache,
+                    use_cache=True).logits[0].float()
+        ref = [model(input_ids=ids(a, b, t)).logits[0, -1].float() for t in (c, d)]
+    except Exception as exc:                       # any failure means: this model cannot take the mask
+        return f"a custom 4D attention mask fails on it ({type(exc).__name__}: {str(exc).splitlines()[0][:200]})"
+    tol = 1e-4 if dtype == torch.float32 else 3e-2
+    if not all(torch.allclose(g, r, atol=tol * (1 + r.abs().max().item()), rtol=tol) for g, r in zip(got, ref)):
+        return "it does not honour a custom 4D attention mask (sibling nodes' logits differ from fresh forwards)"
+    return None

@@ -10,6 +10,7 @@ from .lm import CHECKPOINTS, HFLM, checkpoints
 from .protocols import LM
 from .models.hybrid import HybridLM
 from .models.llama import LlamaLM
+from .stateful import UNSUPPORTED, StatefulLM, is_stateful
 
 HYBRID_TYPES = ("qwen3_5", "qwen3_5_text")      # Gated DeltaNet + attention: no stock tree support
 
@@ -22,7 +23,9 @@ def load(name_or_path: str, device: str = "auto", dtype: torch.dtype | None = No
     impl="hf" always uses the stock transformers forward (`HFLM`), the twin the fast path is tested against.
     Hybrid Qwen3.5 models always load as `models.hybrid.HybridLM` (strategy "closed_form"; other
     strategies and per-request states through `.view(...)`): a stock cache cannot hold a tree of
-    recurrent states.
+    recurrent states. Other recurrent / hybrid models (Mamba2, Jamba, LFM2, Qwen3-Next, ...) load as
+    `stateful.StatefulLM` (chains, by snapshot-replay). A hub id that cannot be fetched is a ValueError
+    saying how to load from a local folder or a pre-filled cache.
 
     backend: the runtime for a Llama checkpoint (`speclib.backends.BACKENDS`): "torch" (default),
     "torch-bf16", "torch-int8", "torch-compile", "onnx", "onnx-int8", "llamacpp-f16" / "-q8_0" / "-q4_0".
@@ -54,13 +57,37 @@ def load(name_or_path: str, device: str = "auto", dtype: torch.dtype | None = No
         raise ValueError(f"unknown checkpoint {name_or_path!r}: not a shipped name {shipped}, nor a local folder")
     dev = pick_device(device)
     dtype = dtype or (torch.float32 if dev.type == "cpu" else torch.bfloat16)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(dev)
-    tok = AutoTokenizer.from_pretrained(path)
     local = path if Path(str(path)).is_dir() else None
+    try:
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(dev)
+        tok = AutoTokenizer.from_pretrained(path)
+    except OSError as exc:                         # hub ids only: a local folder's own errors pass through
+        if local is not None:
+            raise
+        raise ValueError(
+            f"could not fetch {name_or_path!r} from the Hugging Face hub ({type(exc).__name__}: "
+            f"{str(exc).splitlines()[0][:200]}); speclib assumes no network. Either download it where there "
+            f"is one (`hf download {name_or_path} --local-dir DIR`) and pass the folder: speclib.load('DIR'); "
+            f"or copy a pre-filled Hugging Face cache here (HF_HOME) and run with HF_HUB_OFFLINE=1, so "
+            f"transformers reads it from the cache") from exc
     if backend != "torch" and model.config.model_type != "llama":
         raise ValueError(f"backend {backend!r} needs a Llama checkpoint; {name_or_path!r} is {model.config.model_type!r}")
-    if model.config.model_type in HYBRID_TYPES:
-        return HybridLM(model, tok, dev, path=local)
-    if impl == "fast" and model.config.model_type == "llama":
-        return backends.build(LlamaLM(model, tok, dev, local), backend)
-    return HFLM(model, tok, dev, local)
+    return wrap(model, tok, dev, local, impl, backend)
+
+
+def wrap(model, tokenizer, device, path=None, impl: str = "fast", backend: str = "torch") -> LM:
+    """The LM class for a loaded transformers causal LM: HybridLM for Qwen3.5 text models (a multimodal
+    Qwen3.5 checkpoint loads as its text model: transformers swaps in its text_config and drops the
+    vision tower), StatefulLM for any other model whose cache holds recurrent / conv states, LlamaLM
+    (impl="fast") for Llama, else HFLM."""
+    from . import backends
+    kind = model.config.model_type
+    if kind in HYBRID_TYPES:
+        return HybridLM(model, tokenizer, device, path=path)
+    if kind in UNSUPPORTED:
+        raise ValueError(f"{kind!r} models are not supported: {UNSUPPORTED[kind]}")
+    if is_stateful(model.config):
+        return StatefulLM(model, tokenizer, device, path=path)
+    if impl == "fast" and kind == "llama":
+        return backends.build(LlamaLM(model, tokenizer, device, path), backend)
+    return HFLM(model, tokenizer, device, path)
