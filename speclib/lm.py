@@ -189,12 +189,13 @@ class HFLM(BaseLM):
 
     @torch.inference_mode()
     def extend(self, tokens, parents) -> torch.Tensor:
-        self._check_reset()
-        tokens, parents = self._extend_args(tokens, parents)
-        check_parents(parents, offset=len(self.pending_parents))    # topological errors before the tree one
-        if not self._is_chain_continuation(parents) and self.trees_unsupported() is not None:
-            raise ValueError(f"{type(self.model).__name__} verifies chains only here, got parents {parents} "
-                             f"after pending {self.pending_parents}: {self._tree_reason}")
+        if not self._is_chain_continuation(list(parents)):     # a tree: the full checks first, then the tree one
+            self._check_reset()
+            tokens, parents = self._extend_args(tokens, parents)
+            check_parents(parents, offset=len(self.pending_parents))
+            if self.trees_unsupported() is not None:
+                raise ValueError(f"{type(self.model).__name__} verifies chains only here, got parents {parents} "
+                                 f"after pending {self.pending_parents}: {self._tree_reason}")
         ids, pos, old, chain = self._new_nodes(tokens, parents)
         mask = None
         if not chain:        # [1, 1, new, committed + pending] additive: prefix + ancestors-or-self
