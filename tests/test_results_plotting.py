@@ -112,3 +112,19 @@ def test_import_picks_no_backend(monkeypatch):
     monkeypatch.setattr(matplotlib.rcParams, "_get_backend_or_none", lambda: None, raising=False)
     monkeypatch.setattr(matplotlib, "use", lambda *a, **k: pytest.fail("importing plotting switched the backend"))
     importlib.reload(plotting)
+
+
+def test_report_sweep_rows_figure_and_support_table(tmp_path):
+    """The README's sweep rows, sweep figure and support-matrix table, from the committed files: one row
+    per model pair, a figure file per format, one table line per checked family group."""
+    from speclib import report
+    pooled, _ = report._pairs_tables()
+    rows = report._rows_sweeps()
+    assert len(rows) == pooled.pair.nunique() == 2 and all("HVD (ours)" in m for m, _, _ in rows)
+    paths = report.draw_pairs_sweep(root=tmp_path)
+    assert [p.suffix for p in paths] == [".png", ".pdf"] and all(p.stat().st_size > 10_000 for p in paths)
+    matrix = results.load("support_matrix")
+    lines = report.support_table().splitlines()
+    checked = matrix[matrix.chains.notna()]
+    assert sum(line.split("|")[1].count(",") + 1 for line in lines[2:] if line.startswith("| ")) == len(checked)
+    assert sum(line.startswith("- ") for line in lines) == matrix.chains.isna().sum()
