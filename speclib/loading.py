@@ -12,7 +12,8 @@ from .models.hybrid import HybridLM
 from .models.llama import LlamaLM
 from .stateful import UNSUPPORTED, StatefulLM, is_stateful
 
-HYBRID_TYPES = ("qwen3_5", "qwen3_5_text")      # Gated DeltaNet + attention: no stock tree support
+# Gated DeltaNet + gated attention (MoE MLPs included): speclib's own forward, trees and the closed form
+HYBRID_TYPES = ("qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text", "qwen3_next")
 
 
 def load(name_or_path: str, device: str = "auto", dtype: torch.dtype | None = None, impl: str = "fast",
@@ -91,3 +92,20 @@ def wrap(model, tokenizer, device, path=None, impl: str = "fast", backend: str =
     if impl == "fast" and kind == "llama":
         return backends.build(LlamaLM(model, tokenizer, device, path), backend)
     return HFLM(model, tokenizer, device, path)
+
+
+def describe(lm) -> dict:
+    """A model's card as one row: name, architecture, parameters, and what its training recorded
+    (`training.json`, written by `speclib.train` for the shipped checkpoints; NaN where a checkpoint
+    from elsewhere recorded nothing)."""
+    import json
+    model = getattr(lm, "model", None)
+    path = getattr(lm, "path", None)
+    row = dict(name=Path(path).name if path else type(lm).__name__,
+               architecture=model.config.model_type if model is not None else None,
+               parameters=sum(p.numel() for p in model.parameters()) if model is not None else None,
+               heldout_loss=float("nan"), tokens_seen=float("nan"), train_minutes=float("nan"))
+    card = Path(path) / "training.json" if path else None
+    if card is not None and card.exists():
+        row |= json.loads(card.read_text())
+    return row

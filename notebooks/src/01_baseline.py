@@ -86,8 +86,8 @@
 SMOKE = False          # True: tiny sizes, the whole notebook in under ~2 minutes on 2 CPU cores
 SEED = 0
 DEVICE = "auto"        # auto: cuda, then mps, then cpu
-TARGET = "code-target"
-DRAFT = "code-draft"
+TARGET = "code-target"   # a shipped name, a local HF folder or a hub id: any causal LM of the README's support matrix
+DRAFT = "code-draft"     # any causal LM with the target's tokenizer (prompts are encoded with the target's)
 K_MAX = 8              # draft lengths 1..K_MAX
 N_PILOT = 4            # pilot prompts: choose the best K (half stdlib, half HumanEval)
 N_PROMPTS = 12         # reported prompts, disjoint from the pilot ones (half stdlib, half HumanEval)
@@ -113,7 +113,6 @@ PUBLISH = False        # True: a run with non-default parameters also replaces d
 # that the notebook runs end to end; its numbers carry no weight.
 
 # %%
-import json
 import time
 
 import numpy as np
@@ -126,6 +125,7 @@ from tqdm.auto import tqdm
 import speclib
 from speclib import ModelDrafter, Sampling, generate, bench, data, results, stats
 from speclib.acceptance import output_distribution
+from speclib.loading import describe
 from speclib.plotting import savefig, style
 from speclib.study import Study
 
@@ -186,14 +186,11 @@ PROMPT_PARAMS = ["N_PILOT", "N_PROMPTS"]      # the prompt sets depend on these
 # that growth bounds the useful K as much as acceptance does.
 
 # %%
-def card(lm):
-    return json.loads((lm.path / "training.json").read_text())
-
 def measure_costs():
     prof = bench.cost_profile(target, draft, KS, prefix_len=128, repeats=LATENCY_REPEATS)
     models = pd.DataFrame([
-        dict(role="target", **card(target), latency_ms=prof["target_1"] * 1e3),
-        dict(role="draft", **card(draft), latency_ms=prof["draft_1"] * 1e3)])
+        dict(role="target", **describe(target), latency_ms=prof["target_1"] * 1e3),
+        dict(role="draft", **describe(draft), latency_ms=prof["draft_1"] * 1e3)])
     cost = pd.DataFrame([dict(K=k, v=prof["v"][k], c=prof["c"]) for k in KS])
     return {"models": models.assign(**meta), "cost": cost.assign(**meta)}
 
@@ -206,7 +203,8 @@ v_text = ", ".join(f"{prof['v'][k]:.2f}" for k in KS)
 display(models[["role", "name", "parameters", "heldout_loss", "tokens_seen", "train_minutes", "latency_ms"]])
 display(Markdown(
     f"The target has {models.parameters[0] / 1e6:.1f}M parameters and held-out loss "
-    f"{models.heldout_loss[0]:.3f}; the draft {models.parameters[1] / 1e6:.2f}M and {models.heldout_loss[1]:.3f}. "
+    f"{models.heldout_loss[0]:.3f}; the draft {models.parameters[1] / 1e6:.2f}M and {models.heldout_loss[1]:.3f} "
+    f"(nan: a checkpoint that did not record one). "
     f"One target token costs {prof['target_1'] * 1e3:.2f} ms, one draft token {prof['draft_1'] * 1e3:.2f} ms: "
     f"**c = {prof['c']:.3f}** (the target is {1 / prof['c']:.1f}x slower). Verifying K + 1 tokens costs "
     f"v(K) = {v_text} times one token for K = 1..{K_MAX}."))

@@ -75,8 +75,8 @@
 SMOKE = False           # True: tiny sizes, the whole notebook in under ~2 minutes on 2 CPU cores
 SEED = 0
 DEVICE = "auto"         # auto: cuda, then mps, then cpu
-TARGET = "hybrid-target"
-DRAFT = "code-draft"    # a separate small Llama draft sharing the tokenizer
+TARGET = "hybrid-target" # a Gated DeltaNet hybrid that loads as HybridLM: Qwen3.5 (text, MoE or multimodal) or Qwen3-Next
+DRAFT = "code-draft"     # the separate draft: any causal LM with the target's tokenizer
 TREE_SIZES = [8, 16, 32, 64, 128]
 BATCHES = [1, 2, 4, 8]
 LATENCY_REPEATS = 7
@@ -108,6 +108,8 @@ from tqdm.auto import tqdm
 
 import speclib
 from speclib import ModelDrafter, Sampling, SelfDrafter, TreeDrafter, bench, bench_tree, data, generate, generate_batch, results, stats, train
+from speclib.loading import HYBRID_TYPES
+from speclib.models import HybridLM
 from speclib.plotting import savefig, style
 from speclib.study import Study
 
@@ -125,6 +127,9 @@ style()
 torch.manual_seed(SEED)
 threads = speclib.device.set_threads(THREADS or None)
 target, draft = speclib.load(TARGET, device=DEVICE), speclib.load(DRAFT, device=DEVICE)
+if not isinstance(target, HybridLM):      # trees on recurrent states, the closed form and the linear subgraph
+    raise ValueError(f"TARGET {TARGET!r} loads as {type(target).__name__}: this notebook needs a Gated DeltaNet "
+                     f"hybrid that speclib runs with its own forward (HybridLM: {', '.join(HYBRID_TYPES)})")
 dev = str(target.device)
 cfg = target.config
 half = max(1, N_PROMPTS // 2)

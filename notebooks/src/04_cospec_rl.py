@@ -75,8 +75,8 @@
 SMOKE = False           # True: tiny sizes, the whole notebook in under ~2 minutes on 2 CPU cores
 SEED = 0
 DEVICE = "auto"
-TARGET = "math-target"
-DRAFT = "math-draft"
+TARGET = "math-target"   # model-specific: the arithmetic task's prompt and answer format are this pair's
+DRAFT = "math-draft"     # (speclib.cospec); another pair must be trained on that format to be judged fairly
 K = 4                   # draft length
 MAX_NEW_TOKENS = 128
 N_LABEL = 800           # training problems whose target solutions are branch-rolled for labels

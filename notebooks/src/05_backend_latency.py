@@ -80,8 +80,8 @@
 SMOKE = False           # True: tiny sizes, the whole notebook in under ~2 minutes on 2 CPU cores
 SEED = 0
 DEVICE = "auto"         # torch backends; auto: cuda, then mps, then cpu
-TARGET = "code-target"
-DRAFT = "code-draft"
+TARGET = "code-target"   # any causal LM (name, folder or hub id); every runtime but torch and serial:torch
+DRAFT = "code-draft"     # runs speclib's own Llama forward, so another architecture skips them (said below)
 BACKENDS = ["torch", "torch-bf16", "torch-int8", "torch-compile", "onnx", "onnx-int8",
             "llamacpp-f16", "llamacpp-q8_0", "llamacpp-q4_0", "serial:torch"]
 # (target backend, draft backend) pairings for end-to-end decoding
@@ -145,10 +145,6 @@ for name in dict.fromkeys(BACKENDS + [b for cfg in CONFIGS for b in cfg]):
         raise ValueError(f"unknown backend {name!r}; the backends are:\n{backends.describe()}")
     if backends.missing(runtime(name)):
         skipped[name] = f"not installed ({backends.BACKENDS[runtime(name)].install})"
-if skipped:
-    print("skipped backends:", skipped)
-BACKENDS = [b for b in BACKENDS if b not in skipped]
-CONFIGS = [cfg for cfg in CONFIGS if not set(cfg) & set(skipped)]
 _lms = {}
 
 
@@ -162,6 +158,17 @@ def lm(model, name):
     return _lms[model, name]
 
 
+# every runtime but stock torch runs speclib's own Llama forward (exported, quantized or compiled), so
+# a pair of other checkpoints (Qwen3, Mistral, a hybrid, ...) is measured on "torch" and "serial:torch"
+kinds = {m: lm(m, "torch").model.config.model_type for m in (TARGET, DRAFT)}
+if set(kinds.values()) != {"llama"}:
+    for name in dict.fromkeys(BACKENDS + [b for cfg in CONFIGS for b in cfg]):
+        if runtime(name) != "torch":
+            skipped.setdefault(name, f"needs a Llama checkpoint; the pair is {kinds}")
+if skipped:
+    print("skipped backends:", skipped)
+BACKENDS = [b for b in BACKENDS if b not in skipped]
+CONFIGS = [cfg for cfg in CONFIGS if not set(cfg) & set(skipped)]
 dev = str(lm(TARGET, "torch").device)
 meta = dict(seed=SEED, device=dev, target=TARGET, draft=DRAFT, threads=THREADS, smoke=SMOKE)
 display(pd.DataFrame([dict(backend=b.name, runtime=b.about, trees=b.trees,

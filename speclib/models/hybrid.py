@@ -340,12 +340,18 @@ def _attn(at, i, x, rot, reqs, sizes):
 
 
 def _gdn(la, i, x, reqs, sizes):
-    """Gated DeltaNet (Qwen3_5GatedDeltaNet) of x [1, N, D] (all requests); updates each request's
+    """Gated DeltaNet (Qwen3.5 / Qwen3-Next) of x [1, N, D] (all requests); updates each request's
     layer-i state. Returns [1, N, D]."""
     N = x.shape[1]
-    mixed = la.in_proj_qkv(x)                                  # [1, N, Dc] conv inputs (q | k | v)
-    z = la.in_proj_z(x).reshape(1, N, -1, la.head_v_dim)
-    b, a = la.in_proj_b(x), la.in_proj_a(x)
+    if hasattr(la, "in_proj_qkvz"):         # Qwen3-Next: fused projections grouped per key head
+        q, k, v, z, b, a = la.fix_query_key_value_ordering(la.in_proj_qkvz(x), la.in_proj_ba(x))
+        mixed = torch.cat([t.reshape(1, N, -1) for t in (q, k, v)], -1)
+        b, a = b.reshape(1, N, -1), a.reshape(1, N, -1)
+    else:
+        mixed = la.in_proj_qkv(x)                              # [1, N, Dc] conv inputs (q | k | v)
+        z = la.in_proj_z(x)
+        b, a = la.in_proj_b(x), la.in_proj_a(x)
+    z = z.reshape(1, N, -1, la.head_v_dim)
     convs = []
     for r, m in zip(reqs, mixed.split(sizes, 1)):
         st = r.lm.gdn[i]
