@@ -107,10 +107,30 @@ FAMILIES: dict[str, dict | str] = {
     "rwkv": "unsupported: state passed as a plain list, outside transformers' Cache",
     "recurrent_gemma": "unsupported: states kept inside the modules, not in a Cache",
     "xlstm": "unsupported: xLSTMCache has no snapshot/restore interface",
-    "bailing_hybrid": "not checked yet: no tiny config that builds (generic sizes give a head-shape error); "
-                      "load() sends it to StatefulLM, unverified",
-} | {f: "not checked yet: its tiny config still has 20M-300M parameters, too slow for the matrix; load() sends "
-        "it to StatefulLM, unverified" for f in ("inkling_text", "inkling2_text", "inkling2_loop_text", "qwen4_exp_text")}
+}
+# MoE hybrids whose default sizes need more than the common kwargs to shrink
+_INKLING = dict(num_attention_heads=4, num_key_value_heads=2, head_dim=16, swa_num_attention_heads=4,
+                swa_num_key_value_heads=2, swa_head_dim=16, sliding_window_size=16, layer_types=["hybrid_sliding", "hybrid"],
+                mlp_layer_types=["dense", "sparse"], intermediate_size=2 * D, moe_intermediate_size=D, n_routed_experts=2,
+                num_experts_per_tok=1, n_shared_experts=1, vocab_size=V, hidden_size=D, num_hidden_layers=2,
+                max_position_embeddings=256, **NO_SPECIAL)
+FAMILIES |= {
+    "inkling_text": _INKLING,
+    "inkling2_text": _INKLING | dict(d_rel=4, rel_extent=16, n_layers_per_attn_res_block=2, unpadded_vocab_size=V),
+    "inkling2_loop_text": _INKLING | dict(d_rel=4, rel_extent=16, n_layers_per_attn_res_block=2, unpadded_vocab_size=V),
+    "qwen4_exp_text": _attn(head_dim=16, linear_key_head_dim=16, linear_value_head_dim=16, linear_num_key_heads=2,
+                            linear_num_value_heads=4, moe_intermediate_size=D, shared_expert_intermediate_size=D,
+                            num_experts_per_tok=1, num_experts=2, layer_types=["linear_attention", "indexed_attention"],
+                            hc_lowrank=8, ple_embed_dim=D, ngram_vocab_size_base=1024, heads_per_ngram=2,
+                            indexer_budget=32, indexer_compress_ratio=4, indexer_n_heads=2, indexer_kv_heads=1,
+                            indexer_head_dim=16),
+    "bailing_hybrid": _attn(num_key_value_heads=4, kv_lora_rank=16, q_lora_rank=None, qk_rope_head_dim=8, v_head_dim=16,
+                            qk_nope_head_dim=8, qk_head_dim=16, head_dim=16, num_expert_group=1, topk_group=1,
+                            num_experts_per_token=1, num_experts=2, num_shared_experts=1, moe_intermediate_size=D,
+                            layer_group_size=2, layer_types=["linear_attention", "full_attention"],
+                            mlp_layer_types=["dense", "sparse"], linear_head_dim=16, linear_num_heads=4,
+                            num_nextn_predict_layers=0),
+}
 
 
 def tiny_tokenizer(vocab: int = V):

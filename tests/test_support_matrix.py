@@ -11,7 +11,7 @@ from speclib.stateful import StatefulLM
 CHECKED = [f for f, spec in support.FAMILIES.items() if not isinstance(spec, str)]
 STATEFUL = {"mamba2", "falcon_h1", "bamba", "jamba", "zamba2", "granitemoehybrid", "nemotron_h", "lfm2",
             "minimax", "kimi_linear", "mamba", "falcon_mamba", "zamba", "lfm2_moe", "olmo_hybrid", "lfm3", "zaya",
-            "lara_mini"}
+            "lara_mini", "inkling_text", "inkling2_text", "inkling2_loop_text", "qwen4_exp_text", "bailing_hybrid"}
 HYBRID = {"qwen3_5_text", "qwen3_5_moe_text", "qwen3_next"}      # speclib's own Gated DeltaNet forward
 # Families whose trees must be refused: recurrent states (StatefulLM) or sliding-window attention layers.
 NO_TREES = STATEFUL | {"mistral", "gemma2", "gemma3_text"}
