@@ -17,7 +17,8 @@ joins that cluster, whose nodes must each offer one slot (`ray start ... --resou
 node with another point: speedups measured beside another run are not speedups. `--untimed` packs
 points by CPUs alone (acceptance, exact maths, anything that reads no clock). Each point sets torch,
 OpenMP and MKL threads to its CPUs (`--cpus-per-run`, default: every CPU of the smallest node for a
-timed sweep, 1 otherwise) and records the node, its host and its CPU count with its results.
+timed sweep, 1 otherwise) and records the node, its host and its CPU count with its results. From
+Python, a Ray the caller already started (`ray.init(...)`) is used as it is and left running.
 
 **Code and checkpoints on the workers.** `--code shared` runs the repository where it lies: the
 default on a cluster of this machine's own nodes, and right for any cluster that mounts the checkout
@@ -264,7 +265,9 @@ def _dispatch(jobs: list[tuple[Path, str, str, dict]], address: str | None, cpus
     from tqdm.auto import tqdm
     if code not in (None, "shared", "upload"):
         raise ValueError(f"--code must be 'shared' or 'upload', got {code!r}")
-    init_s = _init_ray(address)
+    # a Ray the caller already connected (a notebook, a test session) is used as it is, and left running
+    own = not ray.is_initialized()
+    init_s = _init_ray(address) if own else 0.0
     try:
         nodes = [n for n in ray.nodes() if n["Alive"]]
         if cpus_per_run is None:
@@ -306,7 +309,8 @@ def _dispatch(jobs: list[tuple[Path, str, str, dict]], address: str | None, cpus
             bar.update(1)
         bar.close()
     finally:
-        ray.shutdown()
+        if own:
+            ray.shutdown()
     return rows
 
 

@@ -26,6 +26,17 @@ def no_cluster_in_env(monkeypatch):
     monkeypatch.setenv("RAY_USAGE_STATS_ENABLED", "0")
 
 
+@pytest.fixture(scope="class")
+def local_ray():
+    """One local Ray (with the timing slot) for the tests of TestOnOneLocalRay: the sweep uses a Ray it
+    finds running and leaves it, which saves about 25 s of start-up per sweep. Class-scoped, so it is down
+    before test_two_node_cluster_on_this_machine, whose `ray stop --force` would kill this driver too."""
+    import ray
+    sweep._init_ray(None)
+    yield
+    ray.shutdown()
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -75,45 +86,46 @@ def test_combine_prefixes_parameters_a_table_already_has(tmp_path):
     assert df[["K", "param.K", "point", "v"]].values.tolist() == [[10, 1, "K-1", 1], [20, 2, "K-2", 2]]
 
 
-def test_failed_point_is_recorded_and_resume_runs_only_it(tmp_path):
-    flag = tmp_path / "fail-now"
-    flag.touch()
-    out = tmp_path / "sweeps"
-    args = dict(grid={"X": [1, 2]}, fixed={"FAIL_IF_EXISTS": str(flag)}, name="s", out=out, timed=False, progress=False)
-    runs = sweep.run_sweep(PROBE, **args)
-    assert runs.point.tolist() == ["X-1", "X-2"] and runs.status.tolist() == ["done", "failed"]
-    assert "probe asked to fail at X=2" in runs.error[1]
-    s = out / "s"
-    assert (s / "X-1" / "results" / "99_probe" / "values.parquet").is_file()
-    assert (s / "X-1" / "figures" / "99_probe_line.png").is_file()
-    assert not (s / "X-2").exists() and (s / "failed" / "X-2" / "sweep_probe.ipynb").is_file()
-    assert set(pd.read_parquet(s / "tables" / "99_probe" / "values.parquet").X) == {1}
-    first = (s / "X-1" / "sweep_probe.ipynb").stat().st_mtime_ns
+class TestOnOneLocalRay:
+    def test_failed_point_is_recorded_and_resume_runs_only_it(self, tmp_path, local_ray):
+        flag = tmp_path / "fail-now"
+        flag.touch()
+        out = tmp_path / "sweeps"
+        args = dict(grid={"X": [1, 2]}, fixed={"FAIL_IF_EXISTS": str(flag)}, name="s", out=out, timed=False, progress=False)
+        runs = sweep.run_sweep(PROBE, **args)
+        assert runs.point.tolist() == ["X-1", "X-2"] and runs.status.tolist() == ["done", "failed"]
+        assert "probe asked to fail at X=2" in runs.error[1]
+        s = out / "s"
+        assert (s / "X-1" / "results" / "99_probe" / "values.parquet").is_file()
+        assert (s / "X-1" / "figures" / "99_probe_line.png").is_file()
+        assert not (s / "X-2").exists() and (s / "failed" / "X-2" / "sweep_probe.ipynb").is_file()
+        assert set(pd.read_parquet(s / "tables" / "99_probe" / "values.parquet").X) == {1}
+        first = (s / "X-1" / "sweep_probe.ipynb").stat().st_mtime_ns
 
-    flag.unlink()
-    again = sweep.run_sweep(PROBE, **args, resume=True)
-    assert again.status.tolist() == ["done", "done"]
-    pd.testing.assert_series_equal(again.iloc[0], runs.iloc[0], check_names=False)     # X-1 was not rerun
-    assert (s / "X-1" / "sweep_probe.ipynb").stat().st_mtime_ns == first
-    assert not (s / "failed" / "X-2").exists() and not list(s.glob(".tmp-*"))
-    combined = pd.read_parquet(s / "tables" / "99_probe" / "values.parquet")
-    assert combined[["point", "X", "x", "y"]].values.tolist() == [["X-1", 1, 1, 1], ["X-1", 1, 1, 1],
-                                                                  ["X-2", 2, 2, 4], ["X-2", 2, 2, 8]]
-    assert (combined.threads == "1").all()             # an untimed point's threads = its one CPU
-    assert json.loads(again.params[1]) == {"FAIL_IF_EXISTS": str(flag), "RESULTS": "recompute", "X": 2}
+        flag.unlink()
+        again = sweep.run_sweep(PROBE, **args, resume=True)
+        assert again.status.tolist() == ["done", "done"]
+        pd.testing.assert_series_equal(again.iloc[0], runs.iloc[0], check_names=False)     # X-1 was not rerun
+        assert (s / "X-1" / "sweep_probe.ipynb").stat().st_mtime_ns == first
+        assert not (s / "failed" / "X-2").exists() and not list(s.glob(".tmp-*"))
+        combined = pd.read_parquet(s / "tables" / "99_probe" / "values.parquet")
+        assert combined[["point", "X", "x", "y"]].values.tolist() == [["X-1", 1, 1, 1], ["X-1", 1, 1, 1],
+                                                                      ["X-2", 2, 2, 4], ["X-2", 2, 2, 8]]
+        assert (combined.threads == "1").all()             # an untimed point's threads = its one CPU
+        assert json.loads(again.params[1]) == {"FAIL_IF_EXISTS": str(flag), "RESULTS": "recompute", "X": 2}
 
 
-def test_publish_puts_results_where_a_local_run_would(tmp_path):
-    """`make figures RAY_ADDRESS=...`: each notebook one point; at its committed defaults into
-    data/results/ and figures/, otherwise under build/unpublished/ (here under tmp_path, not the repo)."""
-    runs = sweep.publish([PROBE], {"RESULTS": "recompute"}, root=tmp_path)
-    assert runs.status.tolist() == ["done"]
-    assert (tmp_path / "data" / "results" / "99_probe" / "values.parquet").is_file()
-    assert (tmp_path / "figures" / "99_probe_line.png").is_file() and (tmp_path / "build" / PROBE.name).is_file()
-    sweep.publish([PROBE], {"X": 3}, root=tmp_path)
-    other = tmp_path / "build" / "unpublished" / PROBE.stem / "sweep"
-    assert pd.read_parquet(other / "results" / "99_probe" / "values.parquet").x.tolist() == [3, 3]
-    assert pd.read_parquet(tmp_path / "data" / "results" / "99_probe" / "values.parquet").x.tolist() == [1, 1]
+    def test_publish_puts_results_where_a_local_run_would(self, tmp_path, local_ray):
+        """`make figures RAY_ADDRESS=...`: each notebook one point; at its committed defaults into
+        data/results/ and figures/, otherwise under build/unpublished/ (here under tmp_path, not the repo)."""
+        runs = sweep.publish([PROBE], {"RESULTS": "recompute"}, root=tmp_path)
+        assert runs.status.tolist() == ["done"]
+        assert (tmp_path / "data" / "results" / "99_probe" / "values.parquet").is_file()
+        assert (tmp_path / "figures" / "99_probe_line.png").is_file() and (tmp_path / "build" / PROBE.name).is_file()
+        sweep.publish([PROBE], {"X": 3}, root=tmp_path)
+        other = tmp_path / "build" / "unpublished" / PROBE.stem / "sweep"
+        assert pd.read_parquet(other / "results" / "99_probe" / "values.parquet").x.tolist() == [3, 3]
+        assert pd.read_parquet(tmp_path / "data" / "results" / "99_probe" / "values.parquet").x.tolist() == [1, 1]
 
 
 def test_two_node_cluster_on_this_machine(tmp_path):
@@ -148,9 +160,13 @@ def test_two_node_cluster_on_this_machine(tmp_path):
 
 @needs_shipped
 def test_smoke_sweep_of_a_workbook_notebook(tmp_path):
-    """Two SMOKE points of notebook 05 on local Ray (started by the sweep itself)."""
-    runs = sweep.run_sweep(REPO / "notebooks" / "05_backend_latency.ipynb", {"SEED": [0, 1]}, {"SMOKE": True},
+    """Two SMOKE points of notebook 05 (stock torch only: the other runtimes' exports take a minute a
+    point) on local Ray, started and stopped by the sweep itself."""
+    import ray
+    fixed = {"SMOKE": True, "BACKENDS": ["torch", "serial:torch"]}
+    runs = sweep.run_sweep(REPO / "notebooks" / "05_backend_latency.ipynb", {"SEED": [0, 1]}, fixed,
                            name="smoke", out=tmp_path, progress=False)
+    assert not ray.is_initialized()
     assert runs.status.tolist() == ["done", "done"], runs.error.tolist()
     assert {"point", "SEED", "params", "seconds", "node", "host", "node_cpus", "cpus"} <= set(runs.columns)
     s = tmp_path / "smoke"
