@@ -6,14 +6,16 @@
 """
 from . import data, device, stats
 from .acceptance import Lossless
-from .drafters import HybridDrafter, ModelDrafter, PromptLookupDrafter, SelfDrafter, SuffixDrafter, TreeDrafter
+from .drafters import FeatureDrafter, HybridDrafter, ModelDrafter, PromptLookupDrafter, SelfDrafter, SuffixDrafter, TreeDrafter
 from .generate import Generation, generate, generate_batch
+from .heads import heads, load_head
 from .lm import HFLM, checkpoints
 from .loading import load
-from .protocols import LM, Acceptor, Drafter
+from .protocols import LM, Acceptor, Drafter, FeatureLM
 from .sampling import Sampling
 from .stateful import StatefulLM
 from .tree import Tree
 
-__all__ = ["Acceptor", "Drafter", "LM", "HFLM", "Generation", "HybridDrafter", "Lossless", "ModelDrafter", "PromptLookupDrafter", "SelfDrafter",
-           "Sampling", "StatefulLM", "SuffixDrafter", "Tree", "TreeDrafter", "checkpoints", "data", "generate", "generate_batch", "load", "stats"]
+__all__ = ["Acceptor", "Drafter", "FeatureDrafter", "FeatureLM", "LM", "HFLM", "Generation", "HybridDrafter", "Lossless", "ModelDrafter", "PromptLookupDrafter", "SelfDrafter",
+           "Sampling", "StatefulLM", "SuffixDrafter", "Tree", "TreeDrafter", "checkpoints", "data", "generate", "generate_batch", "heads", "load",
+           "load_head", "stats"]

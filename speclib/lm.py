@@ -25,8 +25,12 @@ CHECKPOINTS = REPO / "data" / "checkpoints"
 
 
 def checkpoints() -> list[str]:
-    """Names of the models shipped under data/checkpoints/."""
-    return sorted(p.name for p in CHECKPOINTS.iterdir() if (p / "config.json").exists()) if CHECKPOINTS.exists() else []
+    """Names of the models shipped under data/checkpoints/ (feature-level draft heads excluded: see
+    `speclib.heads.heads()`)."""
+    if not CHECKPOINTS.exists():
+        return []
+    return sorted(p.name for p in CHECKPOINTS.iterdir()
+                  if (p / "config.json").exists() and not (p / "head.safetensors").exists())
 
 
 def prompt_list(prompt_ids, name: str = "prompt_ids") -> list[int]:
@@ -156,7 +160,82 @@ class BaseLM:
             prev = node
 
 
-class HFLM(BaseLM):
+class FeatureStore:
+    """Mixin: the `speclib.protocols.FeatureLM` capability (hidden features for feature-level drafters).
+
+    Off by default, so plain decoding pays nothing. After `record_features(layers)`, every forward
+    also writes each new node's features (the hidden states `layers`, concatenated) into a buffer
+    [max_length, F] at the node's cache slot, and `commit` gathers the kept path's rows like the KV
+    cache. Subclasses call `_features_on()` (whether to compute them), `_write_features(rows, start)`
+    and `_commit_features(path)`; they give `_text_config()` and `frozen_parts()`."""
+    feature_layers: tuple[int, ...] | None = None
+    _feat_buf: torch.Tensor | None = None
+    _feats_valid = False                  # recording was on at the last reset
+
+    def _text_config(self):
+        return self.model.config.get_text_config(decoder=True)
+
+    @property
+    def hidden_size(self) -> int:
+        return self._text_config().hidden_size
+
+    @property
+    def num_layers(self) -> int:
+        return self._text_config().num_hidden_layers
+
+    def record_features(self, layers) -> None:
+        """Record hidden states `layers` (ints in [0, num_layers], as transformers' hidden_states: 0 the
+        embeddings, l the output of decoder layer l, num_layers the final normed state) from the next
+        reset on; None switches recording off."""
+        if layers is None:
+            self.feature_layers, self._feat_buf, self._feats_valid = None, None, False
+            return
+        layers = tuple(layers)
+        if not layers or not all(isinstance(l, int) and 0 <= l <= self.num_layers for l in layers):
+            raise ValueError(f"feature layers must be a non-empty sequence of ints in [0, {self.num_layers}] "
+                             f"(0 = embeddings, {self.num_layers} = final normed state), got {layers!r}")
+        if layers != self.feature_layers:
+            self.feature_layers, self._feats_valid = layers, False
+            self._feat_buf = torch.zeros(self.max_length, len(layers) * self.hidden_size, device=self.device)
+
+    def committed_features(self, start: int = 0) -> torch.Tensor:
+        """[n - start, F] fp32 features of committed positions start..n-1 (n = committed length)."""
+        if not self._feats_valid:
+            raise RuntimeError(f"{type(self).__name__} has no features: call record_features(layers) before reset")
+        if not 0 <= start <= self.n_committed:
+            raise ValueError(f"start must lie in [0, {self.n_committed}] (the committed length), got {start}")
+        return self._feat_buf[start:self.n_committed]
+
+    def weights_fingerprint(self) -> str:
+        """A short hash of the weights (the first 1024 values of every parameter, rounded to bf16 so an
+        fp32 and a bf16 load of one checkpoint agree): names the model a draft head was trained on."""
+        import hashlib
+        h = hashlib.sha256()
+        for name, p in sorted(self.model.named_parameters()):
+            h.update(name.encode())
+            h.update(p.detach().flatten()[:1024].to(torch.bfloat16).view(torch.int16).cpu().numpy().tobytes())
+        return h.hexdigest()[:16]
+
+    # --- for subclasses ---------------------------------------------------------------------------
+    def _features_on(self) -> bool:
+        return self.feature_layers is not None
+
+    def _write_features(self, hidden: list[torch.Tensor], start: int) -> None:
+        """hidden: the model's hidden states ([n, d] each, index as `record_features`) of nodes that
+        occupy cache slots start..start+n-1."""
+        rows = torch.cat([hidden[l] for l in self.feature_layers], -1)
+        self._feat_buf[start:start + rows.shape[0]] = rows.float()
+
+    def _commit_features(self, path: list[int]) -> None:
+        """Before `_start`: move the kept pending rows next to the committed prefix (as the KV cache)."""
+        if self._feat_buf is None or path == list(range(len(path))):
+            return
+        n = self.n_committed
+        src = torch.tensor(path, device=self.device) + n
+        self._feat_buf[n:n + len(path)] = self._feat_buf[src]
+
+
+class HFLM(FeatureStore, BaseLM):
     """A transformers causal LM with a KV cache (attention layers).
 
     Pending nodes are appended to the cache; a 4D mask lets each node see the committed prefix and
@@ -184,7 +263,10 @@ class HFLM(BaseLM):
         if any(self.cache.is_sliding):            # keep every position, so commit's absolute indices stay valid
             self.cache.activate_past_recording()
         self._start(ids.numel())
-        out = self.model(input_ids=ids[None], cache=self.cache, use_cache=True)
+        rec = self._feats_valid = self._features_on()
+        out = self.model(input_ids=ids[None], cache=self.cache, use_cache=True, output_hidden_states=rec)
+        if rec:
+            self._write_features([h[0] for h in out.hidden_states], 0)
         return out.logits[0, -1].float()
 
     @torch.inference_mode()
@@ -203,8 +285,11 @@ class HFLM(BaseLM):
             mask = torch.zeros(allowed.shape, dtype=self.dtype, device=self.device)
             mask.masked_fill_(~allowed, torch.finfo(self.dtype).min)
             mask = mask[None, None]
+        rec = self._features_on()
         out = self.model(input_ids=ids[None], position_ids=pos[None], attention_mask=mask,
-                         cache=self.cache, use_cache=True)
+                         cache=self.cache, use_cache=True, output_hidden_states=rec)
+        if rec:
+            self._write_features([h[0] for h in out.hidden_states], self.n_committed + old)
         return out.logits[0].float()
 
     @torch.inference_mode()
@@ -223,7 +308,12 @@ class HFLM(BaseLM):
                 layer.keys, layer.values = layer.keys[:, :, idx], layer.values[:, :, idx]
             if hasattr(layer, "cumulative_length"):  # sliding layers count positions themselves
                 layer.cumulative_length = n + keep
+        self._commit_features(path)
         self._start(n + keep)
+
+    def frozen_parts(self):
+        """(token embedding, final norm, LM head): the target modules a feature-level head reuses."""
+        return self.model.get_input_embeddings(), self.model.model.norm, self.model.lm_head
 
     def trees_unsupported(self) -> str | None:
         """None when this model honours speclib's 4D tree mask, else why not. Checked once per LM: sliding-

@@ -3,7 +3,7 @@
 Conventions everywhere: p = the target's distribution, q = the draft's, both AFTER temperature / top-k /
 top-p processing (`speclib.sampling.probs`): the distribution a token was actually drawn from.
 
-Optional capabilities are protocols of their own (`BatchedLM`, `PerRequestAcceptor`,
+Optional capabilities are protocols of their own (`BatchedLM`, `FeatureLM`, `PerRequestAcceptor`,
 `LogitsAcceptor`); the decoding loop (`speclib.generate`) checks them with `isinstance` against these
 classes, never with `hasattr` on concrete classes. The maths behind the protocol: docs/trees.md.
 """
@@ -16,7 +16,7 @@ import torch
 from .sampling import Sampling
 from .tree import Tree
 
-__all__ = ["LM", "BatchedLM", "Drafter", "Acceptor", "PerRequestAcceptor", "LogitsAcceptor"]
+__all__ = ["LM", "BatchedLM", "FeatureLM", "Drafter", "Acceptor", "PerRequestAcceptor", "LogitsAcceptor"]
 
 
 @runtime_checkable
@@ -72,6 +72,44 @@ class BatchedLM(LM, Protocol):
 
     @staticmethod
     def extend_batch(lms: list, tokens: list, parents: list) -> list[torch.Tensor]: ...
+
+
+@runtime_checkable
+class FeatureLM(LM, Protocol):
+    """Capability: the target hands its hidden features to a feature-level drafter (EAGLE-style heads,
+    `speclib.drafters.FeatureDrafter`; docs/feature_drafting.md).
+
+    hidden_size, num_layers      the decoder's width d and depth L.
+    record_features(layers)      from the next reset on, record for every node the hidden states
+                                 `layers` (ints in [0, L], numbered as transformers' hidden_states: 0 the
+                                 token embeddings, l < L the output of decoder layer l, L the final
+                                 NORMED state, the one the LM head reads), concatenated: F = len(layers) * d.
+                                 None switches recording off; off (the default) costs plain decoding nothing.
+    feature_layers               the layers being recorded (None when off).
+    committed_features(start)    [n - start, F] fp32: the features of committed positions start..n-1
+                                 (n = committed length), equal to a fresh forward's hidden states over the
+                                 committed sequence. Each extend computes its nodes' features; commit keeps
+                                 the committed path's (gathered like the KV cache) and drops the others.
+                                 A view into the LM's buffer, valid until the next reset / extend.
+                                 RuntimeError when recording was off at the last reset.
+    frozen_parts()               (token embedding, final norm, LM head) modules: what a head reuses, frozen.
+    weights_fingerprint()        a short hash of the weights: a head records the target it was trained for.
+    """
+    feature_layers: tuple[int, ...] | None
+
+    @property
+    def hidden_size(self) -> int: ...
+
+    @property
+    def num_layers(self) -> int: ...
+
+    def record_features(self, layers) -> None: ...
+
+    def committed_features(self, start: int = 0) -> torch.Tensor: ...
+
+    def frozen_parts(self) -> tuple: ...
+
+    def weights_fingerprint(self) -> str: ...
 
 
 @runtime_checkable

@@ -3,6 +3,7 @@
     python -m speclib.train tokenizer
     python -m speclib.train model code-target --steps 3000 --minutes 60
     python -m speclib.train model code-draft --steps 2500 --distill-from code-target
+    python -m speclib.train head code-target --minutes 30          (a feature-level draft head: speclib.heads)
 
 Training is resumable: state (weights, optimizer, step, RNG) lives in build/train/<name>/state.pt and
 each invocation continues where the last stopped, for at most --minutes. Every invocation exports the
@@ -323,9 +324,26 @@ def main(argv=None):
     m.add_argument("--distill-from", default=None)
     m.add_argument("--distill-weight", type=float, default=0.9)
     m.add_argument("--threads", type=int, default=0)
+    h = sub.add_parser("head", help="an EAGLE-style draft head for a target (speclib.heads.train_head)")
+    h.add_argument("name", help="the target: a shipped checkpoint name or a folder")
+    h.add_argument("--out", default=None, help="default data/checkpoints/<target>-head")
+    h.add_argument("--steps", type=int, default=2000)
+    h.add_argument("--minutes", type=float, default=30)
+    h.add_argument("--batch", type=int, default=8)
+    h.add_argument("--seq", type=int, default=256)
+    h.add_argument("--unroll", type=int, default=3, help="draft steps unrolled in training")
+    h.add_argument("--lr", type=float, default=1e-3)
+    h.add_argument("--no-autocast", action="store_true", help="train in fp32 (default: bf16 autocast for the target's pass and the head)")
+    h.add_argument("--threads", type=int, default=0)
     a = ap.parse_args(argv)
     if a.cmd == "tokenizer":
         print(train_tokenizer())
+    elif a.cmd == "head":
+        from .heads import train_head
+        if a.threads:
+            torch.set_num_threads(a.threads)
+        print(train_head(a.name, a.out, a.minutes, a.steps, a.batch, a.seq, a.unroll, a.lr,
+                         autocast=not a.no_autocast))
     else:
         if a.threads:
             torch.set_num_threads(a.threads)

@@ -1,9 +1,10 @@
 """Drafters propose a Tree from the context: `reset(prompt)`, `draft(context) -> Tree`,
 `observe(accepted_tokens)`, `check_compatible(target)`."""
 from .cache import PromptLookupDrafter, SuffixDrafter
+from .feature import FeatureDrafter, HeadLM
 from .hybrid import Costs, HybridDrafter, PayoffPredictor
 from .model import ModelDrafter, SelfDrafter
 from .tree import TreeDrafter
 
-__all__ = ["Costs", "HybridDrafter", "ModelDrafter", "PayoffPredictor", "PromptLookupDrafter", "SelfDrafter",
+__all__ = ["Costs", "FeatureDrafter", "HeadLM", "HybridDrafter", "ModelDrafter", "PayoffPredictor", "PromptLookupDrafter", "SelfDrafter",
            "SuffixDrafter", "TreeDrafter"]

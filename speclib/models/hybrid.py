@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from ..kernels.tree_gdn import Factors, fold, recurrent_gated_delta_rule, tree_conv1d, tree_gdn
-from ..lm import BaseLM
+from ..lm import BaseLM, FeatureStore
 from ..tree import check_parents, path_to
 
 STRATEGIES = ("closed_form", "materialize", "replay")
@@ -107,7 +107,7 @@ class _Request:
     prefill: bool
 
 
-class HybridLM(BaseLM):
+class HybridLM(FeatureStore, BaseLM):
     """A Qwen3.5 text model (``Qwen3_5ForCausalLM``) as an LM with tree speculation on its GDN layers.
 
     strategy: "closed_form" (trees; per-node factors, fold on commit), "materialize" (trees; a full
@@ -143,6 +143,9 @@ class HybridLM(BaseLM):
     def vocab_size(self) -> int:
         return self.config.vocab_size
 
+    def frozen_parts(self):      # FeatureLM: what a feature-level head reuses
+        return self.text.embed_tokens, self.text.norm, self.model.lm_head
+
     @staticmethod
     def extend_batch(lms: list["HybridLM"], tokens: list, parents: list) -> list[torch.Tensor]:
         """Batched-extend capability (speclib.protocols.BatchedLM): `extend_batch` below."""
@@ -174,6 +177,7 @@ class HybridLM(BaseLM):
                 self.kv[i] = (empty, empty)
         pos = torch.arange(N, device=dev)
         causal = torch.ones(N, N, dtype=torch.bool, device=dev).tril()
+        self._feats_valid = self._features_on()
         return _forward([_Request(self, ids, pos, causal, pos - 1, 0, True)])[0][-1]
 
     def extend(self, tokens, parents) -> torch.Tensor:
@@ -223,6 +227,7 @@ class HybridLM(BaseLM):
                 else:                                                 # replay: re-run the accepted prefix
                     st.S = _chain(*(t[:, :m] for t in st.inputs), st.S)[1]
             st.clear()
+        self._commit_features(path)
         self._start(n + m)
 
     # --- internals -----------------------------------------------------------------------------
@@ -308,13 +313,24 @@ def _forward(reqs: list[_Request]) -> list[torch.Tensor]:
     # Text-only: the three mrope grids share one position, so the rotary is plain (partial) RoPE.
     cos, sin = lm0.text.rotary_emb(h, torch.cat([r.pos for r in reqs])[None])
     rot = list(zip(cos.split(sizes, 1), sin.split(sizes, 1)))
-    for i in lm0.layers:
-        layer = lm0.text.layers[i]
-        x = layer.input_layernorm(h)
-        x = _gdn(layer.linear_attn, i, x, reqs, sizes) if lm0.is_gdn[i] else _attn(layer.self_attn, i, x, rot, reqs, sizes)
-        h = h + x
-        h = h + layer.mlp(layer.post_attention_layernorm(h))
-    return list(lm0.model.lm_head(lm0.text.norm(h))[0].float().split(sizes))
+    # transformers' hidden_states, for FeatureLM (a skipped layer repeats h)
+    hidden = [h] if any(r.lm._features_on() for r in reqs) else None
+    for i in range(len(lm0.text.layers)):
+        if i in lm0.layers:
+            layer = lm0.text.layers[i]
+            x = layer.input_layernorm(h)
+            x = _gdn(layer.linear_attn, i, x, reqs, sizes) if lm0.is_gdn[i] else _attn(layer.self_attn, i, x, rot, reqs, sizes)
+            h = h + x
+            h = h + layer.mlp(layer.post_attention_layernorm(h))
+        if hidden is not None:
+            hidden.append(h)
+    h = lm0.text.norm(h)
+    if hidden is not None:
+        hidden[-1] = h                            # the last one is the normed state
+        for r, hs in zip(reqs, zip(*(t[0].split(sizes) for t in hidden))):
+            if r.lm._features_on():
+                r.lm._write_features(list(hs), 0 if r.prefill else r.lm.n_committed + r.old)
+    return list(lm0.model.lm_head(h)[0].float().split(sizes))
 
 
 def _attn(at, i, x, rot, reqs, sizes):

@@ -42,6 +42,7 @@ class LlamaLM(HFLM):
     def reset(self, prompt_ids) -> torch.Tensor:
         ids = self._prompt_ids(prompt_ids)
         self._start(0)
+        self._feats_valid = self._features_on()
         logits = self._forward(ids, torch.arange(ids.numel(), device=self.device), 0, "causal")
         self._start(ids.numel())
         return logits[-1]
@@ -64,12 +65,19 @@ class LlamaLM(HFLM):
         cos, sin = self.cos[pos][None], self.sin[pos][None]            # [1, n, hd]
         inner = self.model.model
         x = inner.embed_tokens(ids[None])
+        hidden = [x[0]] if self._features_on() else None          # transformers' hidden_states, [n, d] each
         for i, layer in enumerate(inner.layers):
             q, k, v = self.qkv(layer, x, cos, sin)
             self.kv[i, 0, :, start:end], self.kv[i, 1, :, start:end] = k[0], v[0]
             keys, values = self.kv[i, 0, :, :end][None], self.kv[i, 1, :, :end][None]
             x = self.attend_mlp(layer, x, q, keys, values, None if causal else mask, causal)
-        return self.model.lm_head(inner.norm(x))[0].float()
+            if hidden is not None:
+                hidden.append(x[0])
+        x = inner.norm(x)
+        if hidden is not None:
+            hidden[-1] = x[0]                                       # the last one is the normed state
+            self._write_features(hidden, start)
+        return self.model.lm_head(x)[0].float()
 
     # One layer in two halves, shared with the ONNX export (`backends`), which keeps its cache outside.
     def qkv(self, layer, x, cos, sin):
@@ -96,4 +104,5 @@ class LlamaLM(HFLM):
         if path != list(range(keep)):                                  # a chain prefix needs no copy
             src = torch.tensor(path, device=self.device) + n
             self.kv[:, :, :, n:n + keep] = self.kv[:, :, :, src]
+        self._commit_features(path)
         self._start(n + keep)
