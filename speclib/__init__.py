@@ -7,6 +7,7 @@
 from . import data, device, stats
 from .acceptance import Lossless
 from .drafters import FeatureDrafter, HybridDrafter, ModelDrafter, PromptLookupDrafter, SelfDrafter, SuffixDrafter, TreeDrafter
+from .drafters import ExitAdapter, LayerSkipDrafter
 from .generate import Generation, generate, generate_batch
 from .heads import heads, load_head
 from .lm import HFLM, checkpoints
@@ -19,3 +20,4 @@ from .tree import Tree
 __all__ = ["Acceptor", "Drafter", "FeatureDrafter", "FeatureLM", "LM", "HFLM", "Generation", "HybridDrafter", "Lossless", "ModelDrafter", "PromptLookupDrafter", "SelfDrafter",
            "Sampling", "StatefulLM", "SuffixDrafter", "Tree", "TreeDrafter", "checkpoints", "data", "generate", "generate_batch", "heads", "load",
            "load_head", "stats"]
+__all__ += ["ExitAdapter", "LayerSkipDrafter"]

@@ -3,8 +3,10 @@
 from .cache import PromptLookupDrafter, SuffixDrafter
 from .feature import FeatureDrafter, HeadLM
 from .hybrid import Costs, HybridDrafter, PayoffPredictor
+from .layers import ExitAdapter, LayerSkipDrafter
 from .model import ModelDrafter, SelfDrafter
 from .tree import TreeDrafter
 
 __all__ = ["Costs", "FeatureDrafter", "HeadLM", "HybridDrafter", "ModelDrafter", "PayoffPredictor", "PromptLookupDrafter", "SelfDrafter",
            "SuffixDrafter", "TreeDrafter"]
+__all__ += ["ExitAdapter", "LayerSkipDrafter"]

@@ -18,6 +18,7 @@ All three give the same logits; they differ in transient memory and latency (not
 """
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
 
 import torch
@@ -46,6 +47,23 @@ def tiny_config(**overrides):
         kw["layer_types"] = None              # let the config derive the 3:1 pattern for the new depth
     kw.update(overrides)
     return Qwen3_5TextConfig(**kw)
+
+
+_SAME = object()      # view(): "keep this LM's exit" (None means no exit)
+
+
+def check_layers(layers, n_layers: int) -> list[int]:
+    """A decoder-layer subset as a sorted list; ValueError for an empty subset, a non-int, an index
+    outside [0, n_layers) or a repeated index. The model runs its layers in their own order."""
+    layers = list(layers)
+    if not layers:
+        raise ValueError(f"layers must name at least one decoder layer in [0, {n_layers}), got an empty subset")
+    bad = [i for i in layers if isinstance(i, bool) or not isinstance(i, numbers.Integral) or not 0 <= i < n_layers]
+    if bad:
+        raise ValueError(f"layers must be ints in [0, {n_layers}) (the decoder's layer indices), got {bad}")
+    if len(set(layers)) != len(layers):
+        raise ValueError(f"layers must not repeat an index, got {layers}")
+    return sorted(int(i) for i in layers)
 
 
 def _l2norm(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
@@ -114,11 +132,15 @@ class HybridLM(FeatureStore, BaseLM):
     state per pending node), "replay" (chains only; snapshot + re-run on commit).
     skip_attention: run only the linear-attention subgraph (every full-attention decoder layer, its
     MLP included, is skipped): the self-speculative draft of component-aware speculation.
+    layers: run only these decoder layers (indices, any subset; the others are skipped with their MLP);
+    skip_attention=True is shorthand for the GDN layers. exit: an optional module applied to the last
+    hidden state [1, N, D] before the final norm and LM head (a trained early-exit adapter,
+    speclib.drafters.layers.ExitAdapter). Layer subsets and exits make self-drafts (docs/self_speculation.md).
     Several HybridLMs over one model (see `view`) can verify their trees in one forward: `extend_batch`.
     """
 
     def __init__(self, model, tokenizer=None, device=None, strategy: str = "closed_form",
-                 skip_attention: bool = False, path=None):
+                 skip_attention: bool = False, path=None, layers=None, exit=None):
         if strategy not in STRATEGIES:
             raise ValueError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
         self.model = model.eval()
@@ -133,7 +155,13 @@ class HybridLM(FeatureStore, BaseLM):
         self.max_length = self.config.max_position_embeddings
         self.is_gdn = [t == "linear_attention" for t in self.config.layer_types]
         self.skip_attention = skip_attention
-        self.layers = [i for i, g in enumerate(self.is_gdn) if g or not skip_attention]
+        if layers is None:
+            self.layers = [i for i, g in enumerate(self.is_gdn) if g or not skip_attention]
+        elif skip_attention:
+            raise ValueError("give either skip_attention=True or layers=, not both")
+        else:
+            self.layers = check_layers(layers, len(self.is_gdn))
+        self.exit = exit
         self.path = path                  # the checkpoint folder, when loaded from one
         self._start(0)
         self.kv: dict[int, tuple[torch.Tensor, torch.Tensor]] | None = None
@@ -151,11 +179,15 @@ class HybridLM(FeatureStore, BaseLM):
         """Batched-extend capability (speclib.protocols.BatchedLM): `extend_batch` below."""
         return extend_batch(lms, tokens, parents)
 
-    def view(self, strategy: str | None = None, skip_attention: bool | None = None) -> "HybridLM":
+    def view(self, strategy: str | None = None, skip_attention: bool | None = None, layers=None,
+             exit=_SAME) -> "HybridLM":
         """Another HybridLM over the same weights with its own decoding state (one per request in a batch,
-        or the linear-only self-draft)."""
-        return HybridLM(self.model, self.tokenizer, self.device, strategy or self.strategy,
-                        self.skip_attention if skip_attention is None else skip_attention, self.path)
+        or a self-draft: skip_attention=True, or any `layers` subset). Unset arguments keep this LM's
+        layers and exit; exit=None drops the exit."""
+        if layers is None and skip_attention is None:          # keep this LM's subset
+            skip_attention, layers = (self.skip_attention, None) if self.skip_attention else (False, self.layers)
+        return HybridLM(self.model, self.tokenizer, self.device, strategy or self.strategy, bool(skip_attention),
+                        self.path, layers, self.exit if exit is _SAME else exit)
 
     # --- the protocol ---------------------------------------------------------------------------
     @torch.inference_mode()
@@ -283,8 +315,8 @@ def extend_batch(lms: list[HybridLM], tokens: list, parents: list) -> list[torch
     verify pass costs on a memory-bound device); attention and the gated delta rule run per request
     over its own cache and state. The LMs must share one model (see `HybridLM.view`). Returns one
     [n_r, V] fp32 logits tensor per request."""
-    if not lms or len({id(lm.model) for lm in lms}) != 1 or len({lm.skip_attention for lm in lms}) != 1:
-        raise ValueError("extend_batch needs one or more HybridLMs over the same model and layers "
+    if not lms or len({id(lm.model) for lm in lms}) != 1 or len({(tuple(lm.layers), id(lm.exit)) for lm in lms}) != 1:
+        raise ValueError("extend_batch needs one or more HybridLMs over the same model, layers and exit "
                          "(make them with lm.view())")
     if len(lms) != len(tokens) or len(lms) != len(parents):
         raise ValueError(f"got {len(lms)} LMs, {len(tokens)} token lists and {len(parents)} parent lists")
@@ -315,8 +347,9 @@ def _forward(reqs: list[_Request]) -> list[torch.Tensor]:
     rot = list(zip(cos.split(sizes, 1), sin.split(sizes, 1)))
     # transformers' hidden_states, for FeatureLM (a skipped layer repeats h)
     hidden = [h] if any(r.lm._features_on() for r in reqs) else None
+    run = set(lm0.layers)
     for i in range(len(lm0.text.layers)):
-        if i in lm0.layers:
+        if i in run:
             layer = lm0.text.layers[i]
             x = layer.input_layernorm(h)
             x = _gdn(layer.linear_attn, i, x, reqs, sizes) if lm0.is_gdn[i] else _attn(layer.self_attn, i, x, rot, reqs, sizes)
@@ -324,6 +357,8 @@ def _forward(reqs: list[_Request]) -> list[torch.Tensor]:
             h = h + layer.mlp(layer.post_attention_layernorm(h))
         if hidden is not None:
             hidden.append(h)
+    if lm0.exit is not None:                      # early-exit adapter of a layer-subset self-draft
+        h = lm0.exit(h)
     h = lm0.text.norm(h)
     if hidden is not None:
         hidden[-1] = h                            # the last one is the normed state
