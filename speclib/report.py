@@ -41,6 +41,16 @@ def _rows_01() -> list[tuple[str, str, str]]:
     h = hf.set_index("K").loc[k]
     rows.append((f"speclib vs transformers assisted generation, K = {k}",
                  f"{h.speedup:.2f}x as fast (95% CI {h.lo:.2f}–{h.hi:.2f})", "assisted_ratio.parquet"))
+    if results.path("01_baseline/head_speedup").is_file():
+        hs = results.load("01_baseline/head_speedup")
+        rep = hs[(hs.split == "report") & (hs["mode"] == "greedy")].set_index("method")
+        chosen = results.load("01_baseline/head_runs").chosen.iloc[0]
+        for m in [chosen] + [x for x in rep.index if x.startswith("separate")]:
+            r = rep.loc[m]
+            rows.append((f"greedy SD, {m}" + (" (feature head, chosen on pilot prompts)" if m == chosen else ""),
+                         f"**{r.speedup:.2f}x** over AR (95% CI {r.lo:.2f}–{r.hi:.2f}{_total(r)}); per-token acceptance "
+                         f"{r.token_acceptance:.3f}, {r.tokens_per_call:.2f} tokens/call, in-loop c = {r.c:.3f}, v = {r.v:.2f}; "
+                         f"identical to AR {r.identical} / {r.runs}", "head_speedup.parquet"))
     return [(m, v, f"`data/results/01_baseline/{f}`") for m, v, f in rows]
 
 
@@ -72,6 +82,15 @@ def _rows_03() -> list[tuple[str, str, str]]:
                      + (f"; {r.vs_chain:.2f}x chain SD's speed (paired, CI {r.vs_chain_lo:.2f}–{r.vs_chain_hi:.2f}"
                         f"{_total(r, 'vs_chain_total')})" if not np.isnan(r.get("vs_chain", np.nan)) else ""),
                      "decode.parquet"))
+    if results.path(f"{nb}/head_decode").is_file():
+        hd = results.load(f"{nb}/head_decode").set_index("method")
+        for m, r in hd.iterrows():
+            rows.append((f"greedy decoding on hybrid-target, feature {m}",
+                         f"**{r.speedup:.2f}x** over AR (95% CI {r.lo:.2f}–{r.hi:.2f}{_total(r)}), {r.tokens_per_call:.2f} "
+                         f"tokens/call; identical to AR {r.identical} / {r.runs}", "head_decode.parquet"))
+        r = hd.iloc[0]
+        rows.append(("feature head on hybrid-target: tree over chain, paired per prompt",
+                     f"{r.tree_vs_chain:.2f}x (95% CI {r.tree_vs_chain_lo:.2f}–{r.tree_vs_chain_hi:.2f})", "head_decode.parquet"))
     k2 = sel[sel.k == (2 if 2 in set(sel.k) else sel.k.max())]
     s_self = k2[k2.drafter.str.startswith("self")].iloc[0]
     s_sep = k2[~k2.drafter.str.startswith("self")].iloc[0]
@@ -105,6 +124,15 @@ def _rows_02() -> list[tuple[str, str, str]]:
         rows.append((f"{w}, HVD (ours)", f"{r.speedup:.2f}x over AR (95% CI {r.lo:.2f}–{r.hi:.2f}{_total(r)}), "
                      f"{r.tokens_per_call:.2f} tokens/call, cache chosen at "
                      f"{r.cache_share:.0%} of steps; identical to AR {r.identical} / {r.of}", "speedup.parquet"))
+    if results.path(f"{nb}/head_policies").is_file():
+        ht = results.load(f"{nb}/head_policies")
+        for w, g in ht.groupby("workload", sort=False):
+            g = g.set_index("method")
+            r, a = g.loc["HVD (feature head) / feature head"], g.loc["feature head"]
+            rows.append((f"{w}, HVD with the feature head vs the feature head alone",
+                         f"**{r.speedup:.2f}x** paired per prompt (95% CI {r.lo:.2f}–{r.hi:.2f}{_total(r)}); the head alone "
+                         f"{a.speedup:.2f}x over AR (CI {a.lo:.2f}–{a.hi:.2f}), HVD with it "
+                         f"{g.loc['HVD (feature head)', 'speedup']:.2f}x", "head_policies.parquet"))
     p = pred.set_index("estimator")
     rows.append(("payoff predictor on unseen prompts", f"Spearman {p.spearman.iloc[0]:.2f}, MAE {p.mae.iloc[0]:.2f} tokens "
                  f"(on suffix candidates, SuffixDecoding's own score: {p.spearman.iloc[-1]:.2f}, {p.mae.iloc[-1]:.2f})",

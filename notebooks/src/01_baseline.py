@@ -99,6 +99,9 @@ CHI2_K = 4             # draft length used for the chi-square samples
 N_CALIBRATION = 200    # AR-vs-AR random splits for the null calibration
 N_EXACT_PAIRS = 2000   # random (p, q) pairs for the exact-math table
 LATENCY_REPEATS = 30
+HEAD = "code-target-head"   # section 7: a feature-level head trained for TARGET (python -m speclib.train head TARGET)
+HEAD_TREES = [[3, 8], [4, 12], [5, 16], [6, 24]]   # section 7: EAGLE-2 trees as [depth, node budget]
+HEAD_TOP = 3           # section 7: most children per tree node
 RESULTS = "auto"       # auto: reuse results saved with these parameters, else compute; "recompute"; "reuse"
 PUBLISH = False        # True: a run with non-default parameters also replaces data/results and figures/
 
@@ -132,6 +135,7 @@ from speclib.study import Study
 if SMOKE:
     K_MAX, N_PILOT, N_PROMPTS, ROUNDS, MAX_NEW_TOKENS = 3, 2, 2, 2, 24
     CHI2_TOKENS, N_CALIBRATION, N_EXACT_PAIRS, LATENCY_REPEATS = 640, 20, 100, 3
+    HEAD_TREES = [[3, 6]]
 NB = "01_baseline"
 KS = list(range(1, K_MAX + 1))
 GREEDY, T1 = Sampling(0.0), Sampling(1.0)
@@ -380,14 +384,15 @@ display(Markdown(
 # as evidence; they should stand above the line.
 
 # %%
-def sample_pairs(sampling, n_tokens, seed0):
-    """Paired runs (same prompt, own seeds) until BOTH methods have at least n_tokens tokens."""
+def sample_pairs(sampling, n_tokens, seed0, make_drafter=lambda: ModelDrafter(draft, CHI2_K), sd_target=None):
+    """Paired runs (same prompt, own seeds) until BOTH methods have at least n_tokens tokens; SD drafts
+    with make_drafter() for sd_target (default: the target)."""
     ar_runs, sd_runs = [], []
     bar = tqdm(total=n_tokens, desc="AR/SD runs", leave=False)
     while min(sum(map(len, ar_runs)), sum(map(len, sd_runs))) < n_tokens:
         i, ids = len(ar_runs), prompts[len(ar_runs) % len(prompts)]
         ar_runs.append(generate(target, ids, 64, sampling=sampling, seed=seed0 + i).tokens)
-        sd_runs.append(generate(target, ids, 64, drafter=ModelDrafter(draft, CHI2_K), sampling=sampling,
+        sd_runs.append(generate(sd_target or target, ids, 64, drafter=make_drafter(), sampling=sampling,
                                 seed=seed0 + 500_000 + i).tokens)
         bar.n = min(sum(map(len, ar_runs)), sum(map(len, sd_runs))); bar.refresh()
     bar.close()
@@ -761,6 +766,148 @@ display(Markdown(
     f"and the verify pass's growth with K, not acceptance alone, cap the speedup on this machine."))
 
 # %% [markdown]
+# ## 7 · Feature-level drafting: a head on the target's own features
+# A separate draft model has to rediscover, from tokens alone, what the target is about to say. An
+# EAGLE-style **feature head** instead reads what the target has already computed: at each position,
+# the target's hidden states at a low, a middle and the top layer (fused by one linear map), together
+# with the embedding of the next token, go through **one** decoder layer, and the target's own frozen
+# final norm and LM head turn the result into a distribution. For the second and later draft tokens the
+# head feeds its own output state in place of the target's feature, the way it was trained (unrolled
+# over several steps, `python -m speclib.train head TARGET`). The maths, the training objective and why
+# the output stays exactly the target's: [docs/feature_drafting.md](../docs/feature_drafting.md).
+#
+# **What is compared.** On the same pilot and reported prompts as section 4, back to back with AR:
+# the separate draft at section 4's pilot-chosen K; the head drafting chains of K = 1..K_MAX; and the
+# head drafting EAGLE-2 dynamic trees (each level expands the nodes with the highest product of draft
+# probabilities, at most `HEAD_TOP` children each, under a node budget) at the (depth, budget) pairs
+# of `HEAD_TREES`. The configuration is chosen on the pilot prompts and reported on the others. AR
+# runs on a copy of the target that records no features, so it pays nothing for the head's inputs; the
+# head's target records the three feature layers it reads (a few percent of a step, measured here as
+# part of `v`).
+#
+# **Checks as for the separate draft.** Every greedy run must equal AR token for token, and a run-level
+# permutation chi-square test at temperature 1 compares AR with head-drafted SD over `CHI2_TOKENS`
+# tokens each (the same test and calibration as section 3: under the null it rejects at its nominal
+# 5%).
+#
+# **Reading the figure.** Left: speedup over AR against K for the head's chains (circles, 95% CI over
+# prompts, band = single rounds) beside the separate draft at its chosen K (dashed line) and the trees
+# (squares, placed at their depth). Middle: per-position acceptance P(accept | reached) at K = K_MAX,
+# head vs separate draft — the head's advantage, if any, is here. Right: where the time goes at each
+# method's chosen configuration: drafting, verification and the rest, as fractions of AR's time.
+
+# %%
+from speclib import FeatureDrafter, load_head
+
+head = load_head(HEAD)
+target_f = speclib.load(TARGET, device=DEVICE)      # the head's target: records features; AR's does not
+sep_k = int(best.loc["greedy"].K)                    # section 4's pilot-chosen K for the separate draft
+tree_cfgs = [tuple(t) for t in HEAD_TREES]
+
+
+def head_methods(sampling, chains, trees):
+    run = lambda lm, d: lambda ids, i: generate(lm, ids, MAX_NEW_TOKENS, drafter=d, sampling=sampling, seed=SEED + i)
+    m = {"AR": lambda ids, i: generate(target, ids, MAX_NEW_TOKENS, sampling=sampling, seed=SEED + i),
+         f"separate K={sep_k}": run(target, ModelDrafter(draft, sep_k))}
+    for k in chains:
+        m[f"head K={k}"] = run(target_f, FeatureDrafter(target_f, head, k=k))
+    for depth, budget in trees:
+        m[f"head tree d={depth} n={budget}"] = run(target_f, FeatureDrafter(target_f, head, k=depth, tree=budget, top=HEAD_TOP))
+    return m
+
+
+def head_runs():
+    frames = []
+    for split, ps, rounds in [("pilot", pilot_prompts, 1), ("report", report_prompts, ROUNDS)]:
+        r = bench.paired_runs(ps, head_methods(GREEDY, KS, tree_cfgs), rounds=rounds, progress=tqdm)
+        frames.append(r.assign(mode="greedy", split=split))
+    pilot = bench.speedup_table(frames[0], seed=SEED)
+    chosen = pilot[pilot.method.str.startswith("head")].sort_values("speedup").method.iloc[-1]
+    # temperature 1 at the greedy pilot's choice among chains (a tree's siblings are drawn without replacement)
+    chain_k = int(pilot[pilot.method.str.match(r"head K=\d+$")].sort_values("speedup").method.iloc[-1].split("=")[1])
+    r = bench.paired_runs(report_prompts, head_methods(T1, [chain_k], []), rounds=ROUNDS, progress=tqdm)
+    frames.append(r.assign(mode="temperature 1", split="report"))
+    return pd.concat(frames, ignore_index=True).assign(chosen=chosen, chosen_chain=chain_k, **meta)
+
+
+def head_chi2():
+    ar_runs, sd_runs = sample_pairs(T1, CHI2_TOKENS, SEED * 10**6 + 7, lambda: FeatureDrafter(target_f, head, k=CHI2_K), target_f)
+    r = stats.run_permutation_test(ar_runs, sd_runs, n_perm=999, paired=True, seed=SEED)
+    return pd.DataFrame([dict(setting="temperature 1", method="feature head", chi2=r.chi2, dof=r.dof, p=r.p_asymptotic,
+                              p_permutation=r.p_permutation, tokens_ar=r.n_a, tokens_sd=r.n_b, runs=len(ar_runs))]).assign(**meta)
+
+
+HEAD_USES = ["TARGET", "DRAFT", "HEAD", "HEAD_TREES", "HEAD_TOP", "K_MAX", "ROUNDS", "THREADS", "MAX_NEW_TOKENS", "SEED"]
+hruns = study.step("head_runs", head_runs, uses=HEAD_USES + PROMPT_PARAMS)
+hchi = study.step("head_chi2", head_chi2, uses=["SEED", "CHI2_TOKENS", "CHI2_K", "TARGET", "HEAD"] + PROMPT_PARAMS)
+chosen, chain_k = hruns.chosen.iloc[0], int(hruns.chosen_chain.iloc[0])
+
+
+def head_table(mode, split):
+    t = bench.speedup_table(hruns[(hruns["mode"] == mode) & (hruns.split == split)], seed=SEED)
+    t["kind"] = np.where(t.method.str.contains("tree"), "head tree", np.where(t.method.str.startswith("head"), "head chain", "separate"))
+    t["depth"] = t.method.str.extract(r"(?:K|d)=(\d+)", expand=False).astype(int)
+    t["budget"] = t.method.str.extract(r"n=(\d+)", expand=False).astype(float)
+    return t.assign(mode=mode, split=split)
+
+
+hspeed = pd.concat([head_table("greedy", "pilot"), head_table("greedy", "report"), head_table("temperature 1", "report")],
+                   ignore_index=True)
+results.save(hspeed.assign(**meta), f"{NB}/head_speedup")
+hrep = hspeed[(hspeed.split == "report") & (hspeed["mode"] == "greedy")].set_index("method")
+display(hspeed.drop(columns=["split"]).round(3))
+
+greedy_rep = hruns[(hruns["mode"] == "greedy") & (hruns.split == "report")]
+fig, axes = plt.subplots(1, 3, figsize=(15, 3.8))
+ch = hrep[hrep.kind == "head chain"].sort_values("depth")
+axes[0].fill_between(ch.depth, ch.spread_lo, ch.spread_hi, color="C1", alpha=0.15)
+axes[0].errorbar(ch.depth, ch.speedup, yerr=[ch.speedup - ch.lo, ch.hi - ch.speedup], marker="o", capsize=3, color="C1",
+                 label="feature head, chain")
+tr = hrep[hrep.kind == "head tree"]
+axes[0].errorbar(tr.depth + 0.1, tr.speedup, yerr=[tr.speedup - tr.lo, tr.hi - tr.speedup], fmt="s", capsize=3, color="C2",
+                 label="feature head, tree (at its depth)")
+for r in tr.itertuples():
+    axes[0].annotate(f"n={int(r.budget)}", (r.depth + 0.15, r.speedup), fontsize=7)
+sep = hrep[hrep.kind == "separate"].iloc[0]
+axes[0].axhline(sep.speedup, color="C0", ls="--", label=f"separate draft, K = {sep_k}")
+axes[0].axhline(1, color="k", lw=0.8)
+axes[0].set(xlabel="draft depth K", ylabel="speedup over AR (greedy)", title=f"{len(report_prompts)} reported prompts x {ROUNDS} rounds")
+axes[0].legend(fontsize=7)
+for name, color in [(f"head K={K_MAX}", "C1"), (f"separate K={sep_k}", "C0")]:
+    g = greedy_rep[greedy_rep.method == name]
+    if len(g):
+        reached, accepted = bench.position_totals(g, int(name.split("=")[1]))
+        axes[1].plot(np.arange(1, len(reached) + 1), accepted / np.clip(reached, 1, None), "o-", color=color, label=name)
+axes[1].set(xlabel="draft position", ylabel="P(accept | reached)", ylim=(0, 1), title="Per-position acceptance (greedy)")
+axes[1].legend(fontsize=8)
+ar_s = greedy_rep[greedy_rep.method == "AR"].seconds.sum()
+parts = []
+for name in [f"separate K={sep_k}", chosen, f"head K={chain_k}"]:
+    g = greedy_rep[greedy_rep.method == name]
+    parts.append(dict(method=name, drafting=g.draft_s.sum() / ar_s, verification=g.verify_s.sum() / ar_s,
+                      rest=(g.seconds.sum() - g.draft_s.sum() - g.verify_s.sum()) / ar_s))
+parts = pd.DataFrame(parts).drop_duplicates("method").set_index("method")
+parts.plot.barh(stacked=True, ax=axes[2], color=["C1", "C0", "C7"])
+axes[2].axvline(1, color="k", lw=0.8)
+axes[2].set(xlabel="time / AR's time (greedy, reported prompts)", ylabel="", title="Where the time goes")
+axes[2].legend(fontsize=7)
+savefig(fig, f"{NB}_head"); plt.show()
+
+c_best, t1 = hrep.loc[chosen], hspeed[(hspeed["mode"] == "temperature 1") & (hspeed.method == f"head K={chain_k}")].iloc[0]
+identical = hruns[(hruns["mode"] == "greedy") & (hruns.method != "AR")]
+chi_h = hchi.iloc[0]
+display(Markdown(
+    f"Chosen on the pilot prompts: **{chosen}**. On the reported prompts it runs at **{c_best.speedup:.2f}x** over AR "
+    f"(95% CI {c_best.lo:.2f}–{c_best.hi:.2f}; total-time ratio {c_best.total_ratio:.2f}x; single rounds "
+    f"{c_best.spread_lo:.2f}–{c_best.spread_hi:.2f}), per-token acceptance {c_best.token_acceptance:.3f}, "
+    f"{c_best.tokens_per_call:.2f} tokens per target call, c = {c_best.c:.3f} per drafted token and v = {c_best.v:.2f}; "
+    f"the separate draft at K = {sep_k}: {sep.speedup:.2f}x (CI {sep.lo:.2f}–{sep.hi:.2f}), per-token acceptance "
+    f"{sep.token_acceptance:.3f}, c = {sep.c:.3f}. At temperature 1 the head's chain at K = {chain_k} runs at "
+    f"{t1.speedup:.2f}x (CI {t1.lo:.2f}–{t1.hi:.2f}). Greedy head SD equals AR on "
+    f"{int(identical.same_as_reference.sum())}/{len(identical)} runs; AR vs head SD at temperature 1: χ² = {chi_h.chi2:.1f}, "
+    f"dof = {chi_h.dof}, permutation p = {chi_h.p_permutation:.3f} over {chi_h.tokens_ar} and {chi_h.tokens_sd} tokens."))
+
+# %% [markdown]
 # ### This run's steps
 # Each expensive step above, whether this run computed it or read it from saved results (and from
 # which commit), and how long it took when it was computed. A step recorded from results made before
@@ -791,6 +938,9 @@ display(study.summary())
 #   interval over prompts and the spread over rounds beside the headline.
 # * **Cost sets a ceiling that acceptance cannot lift:** `(K + 1) / (K·c + v(K))`. Section 6 shows how
 #   close this run comes to it, and whether drafting, verification or overhead takes the time.
+# * **A draft that reads the target's features is a different trade.** The feature head of section 7
+#   costs about as much per drafted token as the small separate draft, so what it can buy is
+#   acceptance, position by position; its figure shows how much, and where the time then goes.
 #
 # Caveats: one seed, small models, one machine; the prompts are Python code, and acceptance and
 # therefore speed are properties of the pair *on that workload*.

@@ -80,6 +80,8 @@ MAX_NEW_TOKENS = 160
 K = 4                   # model drafter length
 MAX_SPEC = 16           # longest cache draft
 LATENCY_REPEATS = 25
+HEAD = "agent-target-head"  # section 6: a feature-level head trained for TARGET (python -m speclib.train head TARGET)
+HEAD_K = 4              # section 6: the head's chain length
 THREADS = 1             # torch threads (0: every CPU this process may use); 1 keeps T(n) smooth on 2 cores (notebook 05)
 RESULTS = "auto"        # auto: reuse results saved with these parameters, else compute; "recompute"; "reuse"
 PUBLISH = False         # True: a run with non-default parameters also replaces data/results and figures/
@@ -693,6 +695,120 @@ display(Markdown(
     f"predictor answers. A paired interval whose lower end is above 1 means HVD is reliably faster than that "
     f"opponent on these prompts; a total-time ratio below the median ratio means the advantage is smaller on the "
     f"longest prompts."))
+
+# %% [markdown]
+# ## 6 · A feature-level head as the model drafter
+# The source study compares payoff-guided selection with an EAGLE-style draft head, the drafter most
+# serving stacks would reach for first. Here `HEAD`, a one-layer head trained on `TARGET`'s own hidden
+# features (`python -m speclib.train head TARGET`; [docs/feature_drafting.md](../docs/feature_drafting.md)),
+# takes two roles: a **policy of its own** (the head drafts a chain of `HEAD_K` tokens at every step)
+# and **HVD's model drafter** in place of the separate draft (the cache candidates, the payoff predictor
+# and the decision rule are unchanged). HVD needs the head's per-token acceptance and its cost per
+# drafted token, so both are measured the way section 2 measured them for the separate draft: on the
+# fit prompts, with the loop's own step logs.
+#
+# **What is compared.** Per agentic workload, back to back on the same evaluation prompts: AR, the head
+# alone, HVD with the separate draft (section 4's policy, re-run here so that every ratio is paired
+# within one block of runs) and HVD with the head. The question is the seed's claim: **is HVD faster
+# than the feature head alone on every agentic workload?** It is answered with the paired ratio
+# (median over prompts of HVD's speed over the head's on the same prompt, 95% bootstrap CI), per
+# workload and pooled. AR runs on a copy of the target that records no features.
+#
+# **Reading the figure.** Left: speedup over AR per workload and pooled (95% CI) for the three
+# drafters. Right: the paired ratio of HVD-with-head over the head alone; the line at 1 is parity, and
+# an interval entirely above it means HVD is reliably faster on that workload.
+
+# %%
+from speclib import FeatureDrafter, load_head
+
+head = load_head(HEAD)
+target_f = speclib.load(TARGET, device=DEVICE)      # the head's target records features; AR's does not
+
+
+def head_drafter():
+    return FeatureDrafter(target_f, head, k=HEAD_K)
+
+
+def head_fit():
+    """The head alone on the fit prompts: the loop's steps give its per-token acceptance and its cost."""
+    steps = []
+    for w in agentic:
+        for ids in prompts[w]["fit"]:
+            steps += generate(target_f, ids, MAX_NEW_TOKENS, drafter=head_drafter(), sampling=GREEDY).stats["steps"]
+    return pd.DataFrame(steps).assign(**meta)
+
+
+def head_policy_runs():
+    fit_steps = head_fit()
+    prior = bench.token_acceptance(fit_steps.to_dict("records"))
+    try:
+        head_costs = Costs.from_steps(fit_cache_steps + fit_steps.drop(columns=list(meta)).to_dict("records"))
+    except ValueError:
+        head_costs = Costs(dict(costs.verify_s), float(np.median(fit_steps.draft_s / fit_steps.drafted.clip(lower=1))), costs.cache_s)
+    methods = {
+        "feature head": head_drafter,
+        "HVD (separate draft)": lambda: HybridDrafter(caches(), ModelDrafter(draft, K), "hvd", predictor, costs, model_prior=model_prior),
+        "HVD (feature head)": lambda: HybridDrafter(caches(), head_drafter(), "hvd", predictor, head_costs, model_prior=prior),
+    }
+    frames = []
+    for w in agentic:
+        keep = {}                                         # one drafter per policy per workload (global suffix tree)
+
+        def run(name, lm):
+            return lambda ids, i: generate(lm, ids, MAX_NEW_TOKENS, drafter=keep.setdefault(name, methods[name]()), sampling=GREEDY)
+        m = {"AR": lambda ids, i: generate(target, ids, MAX_NEW_TOKENS, sampling=GREEDY),
+             "feature head": run("feature head", target_f), "HVD (separate draft)": run("HVD (separate draft)", target),
+             "HVD (feature head)": run("HVD (feature head)", target_f)}
+        frames.append(bench.paired_runs(prompts[w]["eval"], m, warmup=(w == agentic[0]), progress=tqdm).assign(workload=w))
+    runs_h = pd.concat(frames, ignore_index=True).assign(**meta)
+    info = pd.DataFrame([dict(head_prior=prior, head_token_ms=head_costs.model_token_s * 1e3,
+                              draft_token_ms=costs.model_token_s * 1e3, fit_steps=len(fit_steps))]).assign(**meta)
+    return {"head_runs": runs_h, "head_info": info}
+
+
+saved = study.step("head_policies", head_policy_runs, uses=PROMPTS + ["DRAFT", "K", "THREADS", "SEED", "HEAD", "HEAD_K"])
+hr, hinfo = saved["head_runs"], saved["head_info"].iloc[0]
+sets = [(w, hr[hr.workload == w]) for w in agentic] + [
+    ("agentic pooled", hr.assign(prompt=lambda d: d.workload + "/" + d.prompt.astype(str)))]
+rows = []
+for w, g in sets:
+    t = bench.speedup_table(g, seed=SEED).set_index("method")
+    r = bench.speedup(g, "HVD (feature head)", reference="feature head", seed=SEED)
+    for m in t.index:
+        rows.append(dict(workload=w, method=m, speedup=t.speedup[m], lo=t.lo[m], hi=t.hi[m], total_ratio=t.total_ratio[m],
+                         token_acceptance=t.token_acceptance[m], identical=t.identical[m], of=t.runs[m]))
+    rows.append(dict(workload=w, method="HVD (feature head) / feature head", speedup=r["speedup"], lo=r["lo"], hi=r["hi"],
+                     total_ratio=r["total_ratio"]))
+head_table = pd.DataFrame(rows)
+results.save(head_table.assign(**meta), f"{NB}/head_policies")
+display(head_table.pivot(index="method", columns="workload", values="speedup").round(2))
+
+fig, axes = plt.subplots(1, 2, figsize=(13, 3.8))
+names = ["feature head", "HVD (separate draft)", "HVD (feature head)"]
+x = np.arange(len(sets))
+for j, name in enumerate(names):
+    g = head_table[head_table.method == name].set_index("workload").loc[[w for w, _ in sets]]
+    axes[0].bar(x + (j - 1) * 0.27, g.speedup, 0.27, yerr=[g.speedup - g.lo, g.hi - g.speedup], capsize=3, label=name)
+axes[0].axhline(1, color="k", lw=0.8)
+axes[0].set_xticks(x, [w for w, _ in sets], fontsize=8)
+axes[0].set(ylabel="speedup over AR (greedy)", title="Drafters per agentic workload"); axes[0].legend(fontsize=8)
+g = head_table[head_table.method == "HVD (feature head) / feature head"].set_index("workload").loc[[w for w, _ in sets]]
+axes[1].errorbar(x, g.speedup, yerr=[g.speedup - g.lo, g.hi - g.speedup], fmt="o", capsize=4)
+axes[1].axhline(1, color="k", lw=0.8); axes[1].axhline(1.15, color="C3", ls=":", label="1.15x")
+axes[1].set_xticks(x, [w for w, _ in sets], fontsize=8)
+axes[1].set(ylabel="HVD (feature head) / feature head", title="Paired per prompt (95% CI)"); axes[1].legend(fontsize=8)
+savefig(fig, f"{NB}_head"); plt.show()
+ratio = head_table[head_table.method == "HVD (feature head) / feature head"].set_index("workload")
+alone_h = head_table[head_table.method == "feature head"].set_index("workload")
+ident = hr[hr.method != "AR"].same_as_reference
+display(Markdown(
+    f"The head alone (per-token acceptance {hinfo.head_prior:.3f} on the fit prompts, {hinfo.head_token_ms:.2f} ms per drafted "
+    f"token in the loop, against {hinfo.draft_token_ms:.2f} ms for the separate draft) runs at " +
+    ", ".join(f"{w} {alone_h.speedup[w]:.2f}x" for w, _ in sets) +
+    ". HVD with the head over the head alone, paired per prompt: " +
+    "; ".join(f"{w} **{ratio.speedup[w]:.2f}x** (CI {ratio.lo[w]:.2f}–{ratio.hi[w]:.2f})" for w, _ in sets) +
+    f". HVD is faster than the head alone on {int((ratio.speedup > 1).sum())} of {len(ratio)} rows, reliably (CI above 1) on "
+    f"{int((ratio.lo > 1).sum())}. Outputs identical to AR: {int(ident.sum())}/{len(ident)}."))
 
 # %% [markdown]
 # ### This run's steps
