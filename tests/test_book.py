@@ -38,7 +38,7 @@ except ImportError:
 needs_browser = pytest.mark.skipif(
     not (CHROMIUM and HAVE_PLAYWRIGHT),
     reason="no headless browser: `apt-get install chromium` and `pip install -e '.[book]'` (playwright) to run it")
-NOTEBOOKS = ["01_baseline", "02_cache_hybrid", "03_tree_hybrid", "04_cospec_rl", "05_backend_latency"]
+NOTEBOOKS = ["01_baseline", "02_cache_hybrid", "03_tree_hybrid", "04_cospec_rl", "05_backend_latency", "06_self_speculation"]
 PAGE_TIMEOUT_MS = 60_000
 LAB_RUN_TIMEOUT_S = 600
 

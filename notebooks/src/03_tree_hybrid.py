@@ -91,12 +91,16 @@ TREE_DEPTH = 6               # shape of the random trees in the latency measurem
 DECODE_BATCH = 4        # batch size of the batched decoding comparison
 SELF_KS = [1, 2, 3, 4]  # draft lengths for the self-speculation study
 EVAL_WINDOWS = 32       # held-out windows of 256 tokens for the perplexity of the ablated model
+HEAD = "hybrid-target-head"   # section 7: a feature-level head trained for TARGET (python -m speclib.train head TARGET)
+HEAD_KS = [2, 3, 4, 5]  # section 7: the head's chain lengths in the pilot
+HEAD_TREES = [[3, 8], [4, 12], [5, 16], [6, 24]]   # section 7: the head's EAGLE-2 trees in the pilot, [depth, budget]
 RESULTS = "auto"        # auto: reuse results saved with these parameters, else compute; "recompute"; "reuse"
 PUBLISH = False         # True: a run with non-default parameters also replaces data/results and figures/
 THREADS = 1             # torch threads (0: every CPU this process may use); 1 keeps T(n) smooth on 2 cores (notebook 05)
 
 # %%
 import json
+import re
 import time
 
 import numpy as np
@@ -116,7 +120,7 @@ from speclib.study import Study
 if SMOKE:
     TREE_SIZES, BATCHES, LATENCY_REPEATS, N_PROMPTS, MAX_NEW_TOKENS = [8, 32], [1, 2], 2, 2, 24
     SELF_KS, EVAL_WINDOWS, DECODE_BATCH, CHAIN_KS, TREE_DEPTHS = [1, 2], 4, 2, [2, 4], [3]
-    SPINE_VALUES, PILOT_PROMPTS = [0.15], 2
+    SPINE_VALUES, PILOT_PROMPTS, HEAD_KS, HEAD_TREES = [0.15], 2, [2], [[3, 6]]
 NB = "03_tree_hybrid"
 GREEDY = Sampling(0.0)
 TOP = 4                 # EAGLE-2 trees spend at most TOP nodes per level: at most TOP x depth nodes in all
@@ -903,6 +907,104 @@ display(Markdown(
        "at every k, and self-speculation would need a subgraph that is much cheaper than the model (fewer layers "
        "kept) while staying close to it in loss." if selfspec[selfspec.drafter.str.startswith('self')].speedup.max() < 1
        else "At its best k the self-draft beats AR; whether it beats the separate draft is in the right panel.")))
+
+# %% [markdown]
+# ## 7 · A feature-level head on the hybrid target: tree vs chain
+# The trees above are drafted by a separate model. EAGLE-style drafting instead runs a one-layer head
+# on `TARGET`'s own hidden features (`HEAD`, trained with `python -m speclib.train head TARGET`;
+# [docs/feature_drafting.md](../docs/feature_drafting.md)): the hybrid forward hands the head the
+# features of every committed position, kept for the accepted path exactly like its recurrent states.
+# A head's draft token costs one decoder layer instead of a whole small model, and its confidence is
+# calibrated against the target's own representation, which is what dynamic trees rank nodes by.
+#
+# **What is compared.** A pilot on the section-4 pilot prompts picks the head's best chain length
+# (`HEAD_KS`) and best EAGLE-2 tree ([depth, budget] in `HEAD_TREES`, at most `TOP` children per node);
+# then, on the reported prompts, back to back with AR: that chain, that tree verified with the closed
+# form, and the same tree verified by materialising a state per node. The question is the issue's:
+# **is tree SD with the head faster than chain SD with it on this CPU, and if not, why not?** The
+# answer comes from the paired ratio tree/chain and from its parts: tokens per target call (what the
+# tree buys) against the verify pass's cost v and the drafting cost per call (what it pays).
+#
+# **Reading the figure.** Left: speedup over AR of the three methods (95% CI over prompts). Right:
+# the accounting per target call of the chain and the tree — tokens gained, drafting time and verify
+# time per call, relative to one AR step.
+
+# %%
+from speclib import FeatureDrafter, load_head
+
+head = load_head(HEAD)
+target_f = speclib.load(TARGET, device=DEVICE)            # records the head's features; AR's target does not
+target_mat = target_f.view(strategy="materialize")        # same weights, a full state per pending node
+head_trees = [tuple(t) for t in HEAD_TREES]
+
+
+def head_methods(chains, trees, materialize=False):
+    run = lambda lm, make: lambda ids, i: generate(lm, ids, MAX_NEW_TOKENS, drafter=make(), sampling=GREEDY)
+    m = {"AR": lambda ids, i: generate(target, ids, MAX_NEW_TOKENS, sampling=GREEDY)}
+    for k in chains:
+        m[f"head chain K={k}"] = run(target_f, lambda k=k: FeatureDrafter(target_f, head, k=k))
+    for d, n in trees:
+        m[f"head tree d={d} n={n}"] = run(target_f, lambda d=d, n=n: FeatureDrafter(target_f, head, k=d, tree=n, top=TOP))
+        if materialize:
+            m[f"head tree d={d} n={n}, materialize"] = run(
+                target_mat, lambda d=d, n=n: FeatureDrafter(target_mat, head, k=d, tree=n, top=TOP))
+    return m
+
+
+def head_decode():
+    pilot = bench.paired_runs(pilot_prompts, head_methods(HEAD_KS, head_trees), progress=tqdm)
+    t = bench.speedup_table(pilot, seed=SEED)
+    best_chain = t[t.method.str.contains("chain")].sort_values("speedup").method.iloc[-1]
+    best_tree = t[t.method.str.contains("tree")].sort_values("speedup").method.iloc[-1]
+    k = int(best_chain.split("=")[1])
+    d, n = (int(x) for x in re.findall(r"=(\d+)", best_tree))
+    report = bench.paired_runs(prompts, head_methods([k], [(d, n)], materialize=True), progress=tqdm)
+    return pd.concat([pilot.assign(split="pilot"), report.assign(split="report")], ignore_index=True).assign(**meta)
+
+
+hdec = study.step("head_decode", head_decode, uses=["TARGET", "HEAD", "HEAD_KS", "HEAD_TREES", "N_PROMPTS", "PILOT_PROMPTS",
+                                                    "MAX_NEW_TOKENS", "SEED", "THREADS"])
+rep = hdec[hdec.split == "report"]
+h_chain = next(m for m in rep.method.unique() if "chain" in m)
+h_tree = next(m for m in rep.method.unique() if "tree" in m and "materialize" not in m)
+htab = bench.speedup_table(rep, seed=SEED).set_index("method")
+tree_vs_chain = bench.speedup(rep, h_tree, reference=h_chain, seed=SEED)
+ar_step = rep[rep.method == "AR"].seconds.sum() / rep[rep.method == "AR"].new_tokens.sum()
+acct = []
+for m in [h_chain, h_tree]:
+    g = rep[rep.method == m]
+    calls = g.target_calls.sum()
+    acct.append(dict(method=m, tokens_per_call=g.new_tokens.sum() / calls, draft_per_call=g.draft_s.sum() / calls / ar_step,
+                     verify_per_call=g.verify_s.sum() / calls / ar_step, drafted_per_call=g.drafted.sum() / calls))
+acct = pd.DataFrame(acct).set_index("method")
+head_summary = htab.reset_index().assign(tree_vs_chain=tree_vs_chain["speedup"], tree_vs_chain_lo=tree_vs_chain["lo"],
+                                         tree_vs_chain_hi=tree_vs_chain["hi"])
+results.save(head_summary.assign(**meta), f"{NB}/head_decode")
+display(head_summary.round(3)); display(acct.round(3))
+
+fig, axes = plt.subplots(1, 2, figsize=(12, 3.8))
+order = [h_chain, h_tree, f"{h_tree}, materialize"]
+s = htab.loc[order]
+axes[0].bar(range(3), s.speedup, yerr=[s.speedup - s.lo, s.hi - s.speedup], capsize=4, color=["C1", "C2", "C7"])
+axes[0].axhline(1, color="k", lw=0.8)
+axes[0].set_xticks(range(3), [o.replace("head ", "").replace(", ", "\n") for o in order], fontsize=8)
+axes[0].set(ylabel="speedup over AR", title=f"feature head on {TARGET} ({len(prompts)} reported prompts)")
+acct[["tokens_per_call", "draft_per_call", "verify_per_call"]].T.plot.bar(ax=axes[1], rot=0)
+axes[1].set(ylabel="per target call (tokens, or AR steps of time)", title="What a call gains and costs")
+axes[1].legend(fontsize=8)
+savefig(fig, f"{NB}_head"); plt.show()
+ident = rep[rep.method != "AR"].same_as_reference
+tc, tt = acct.loc[h_chain], acct.loc[h_tree]
+display(Markdown(
+    f"Pilot choices: **{h_chain}** and **{h_tree}**. Reported: chain {htab.speedup[h_chain]:.2f}x AR (CI {htab.lo[h_chain]:.2f}–"
+    f"{htab.hi[h_chain]:.2f}), tree with the closed form {htab.speedup[h_tree]:.2f}x (CI {htab.lo[h_tree]:.2f}–{htab.hi[h_tree]:.2f}), "
+    f"the same tree materialising states {htab.speedup[order[2]]:.2f}x. Tree over chain, paired per prompt: "
+    f"**{tree_vs_chain['speedup']:.2f}x** (CI {tree_vs_chain['lo']:.2f}–{tree_vs_chain['hi']:.2f}). Per target call the tree gains "
+    f"{tt.tokens_per_call:.2f} tokens against the chain's {tc.tokens_per_call:.2f}, and costs {tt.draft_per_call:.2f} + "
+    f"{tt.verify_per_call:.2f} AR steps (drafting + verification) against {tc.draft_per_call:.2f} + {tc.verify_per_call:.2f}: "
+    + ("the extra tokens pay for the wider pass." if tree_vs_chain["speedup"] > 1 else
+       "on this CPU the wider verify pass and the extra drafting cost more than the extra tokens bring.")
+    + f" Greedy outputs identical to AR: {int(ident.sum())}/{len(ident)}."))
 
 # %% [markdown]
 # ### This run's steps
