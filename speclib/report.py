@@ -179,6 +179,27 @@ def _rows_05() -> list[tuple[str, str, str]]:
     return [(k, v, f"`data/results/{nb}/{f}`") for k, v, f in rows]
 
 
+def _rows_06() -> list[tuple[str, str, str]]:
+    nb = "06_self_speculation"
+    ctx, corr = results.load(f"{nb}/context"), results.load(f"{nb}/perplexity_correlation")
+    ex = results.load(f"{nb}/exit")
+    rows = []
+    sep = ctx.drafter.str.endswith("(separate draft)")
+    for (c, how), g in ctx[ctx.timing == "end to end"].groupby(["context", "timing"]):
+        best, other = g[~sep.loc[g.index]].sort_values("speedup").iloc[-1], g[sep.loc[g.index]].iloc[0]
+        rows.append((f"greedy SD on hybrid-target at a {c}-token context, best self-draft ({best.drafter}, k = {int(best.k)})",
+                     f"**{best.speedup:.2f}x** over AR (95% CI {best.lo:.2f}–{best.hi:.2f}), per-token acceptance "
+                     f"{best.token_acceptance:.3f}, c = {best.c:.3f}; separate draft {other.speedup:.2f}x "
+                     f"(CI {other.lo:.2f}–{other.hi:.2f})", "context.parquet"))
+    for r in corr.itertuples():
+        rows.append((f"held-out loss degradation vs acceptance, {r.acceptance}",
+                     f"Spearman ρ = {r.rho:.2f} (p = {r.p:.2g}, n = {r.n})", "perplexity_correlation.parquet"))
+    for r in ex.itertuples():
+        rows.append((f"self-draft {r.drafter}", f"{r.speedup:.2f}x over AR (95% CI {r.lo:.2f}–{r.hi:.2f}), per-token "
+                     f"acceptance {r.token_acceptance:.3f}", "exit.parquet"))
+    return [(m, v, f"`data/results/{nb}/{f}`") for m, v, f in rows]
+
+
 PAIRS_SWEEP = REPO / "data" / "sweeps" / "02_model_pairs"     # notebook 02 on each model pair (README)
 PAIRS_TABLES = PAIRS_SWEEP / "tables" / "02_cache_hybrid"
 PAIRS_POLICIES = ["model", "prompt lookup", "suffix", "HVD (ours)", "oracle (hindsight)"]
@@ -238,7 +259,7 @@ def draw_pairs_sweep(root=None):
 
 
 SECTIONS = {"01_baseline": _rows_01, "02_cache_hybrid": _rows_02, "03_tree_hybrid": _rows_03, "04_cospec_rl": _rows_04,
-            "05_backend_latency": _rows_05, "sweeps": _rows_sweeps}
+            "05_backend_latency": _rows_05, "06_self_speculation": _rows_06, "sweeps": _rows_sweeps}
 
 
 def table() -> str:
