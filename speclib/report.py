@@ -82,15 +82,15 @@ def _rows_03() -> list[tuple[str, str, str]]:
                      + (f"; {r.vs_chain:.2f}x chain SD's speed (paired, CI {r.vs_chain_lo:.2f}–{r.vs_chain_hi:.2f}"
                         f"{_total(r, 'vs_chain_total')})" if not np.isnan(r.get("vs_chain", np.nan)) else ""),
                      "decode.parquet"))
-    if results.path(f"{nb}/head_decode").is_file():
-        hd = results.load(f"{nb}/head_decode").set_index("method")
+    if results.path(f"{nb}/head_summary").is_file():
+        hd = results.load(f"{nb}/head_summary").set_index("method")
         for m, r in hd.iterrows():
             rows.append((f"greedy decoding on hybrid-target, feature {m}",
                          f"**{r.speedup:.2f}x** over AR (95% CI {r.lo:.2f}–{r.hi:.2f}{_total(r)}), {r.tokens_per_call:.2f} "
-                         f"tokens/call; identical to AR {r.identical} / {r.runs}", "head_decode.parquet"))
+                         f"tokens/call; identical to AR {r.identical} / {r.runs}", "head_summary.parquet"))
         r = hd.iloc[0]
         rows.append(("feature head on hybrid-target: tree over chain, paired per prompt",
-                     f"{r.tree_vs_chain:.2f}x (95% CI {r.tree_vs_chain_lo:.2f}–{r.tree_vs_chain_hi:.2f})", "head_decode.parquet"))
+                     f"{r.tree_vs_chain:.2f}x (95% CI {r.tree_vs_chain_lo:.2f}–{r.tree_vs_chain_hi:.2f})", "head_summary.parquet"))
     k2 = sel[sel.k == (2 if 2 in set(sel.k) else sel.k.max())]
     s_self = k2[k2.drafter.str.startswith("self")].iloc[0]
     s_sep = k2[~k2.drafter.str.startswith("self")].iloc[0]

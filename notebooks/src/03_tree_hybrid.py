@@ -979,7 +979,7 @@ for m in [h_chain, h_tree]:
 acct = pd.DataFrame(acct).set_index("method")
 head_summary = htab.reset_index().assign(tree_vs_chain=tree_vs_chain["speedup"], tree_vs_chain_lo=tree_vs_chain["lo"],
                                          tree_vs_chain_hi=tree_vs_chain["hi"])
-results.save(head_summary.assign(**meta), f"{NB}/head_decode")
+results.save(head_summary.assign(**meta), f"{NB}/head_summary")   # not head_decode: that is the step's table
 display(head_summary.round(3)); display(acct.round(3))
 
 fig, axes = plt.subplots(1, 2, figsize=(12, 3.8))
