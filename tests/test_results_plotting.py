@@ -8,6 +8,12 @@ from speclib import plotting, results
 from speclib.device import REPO
 
 
+@pytest.fixture(autouse=True)
+def committed_results(monkeypatch):
+    """Read the committed data/results, whatever an earlier test (a Study run) left in SPECLIB_OUT."""
+    monkeypatch.delenv("SPECLIB_OUT", raising=False)
+
+
 def _df():
     return pd.DataFrame({"method": ["ar", "sd", "sd"], "k": [0, 4, 8], "seed": [0, 0, 0],
                          "tokens_per_s": [10.5, 21.25, 19.0]})
