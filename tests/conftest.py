@@ -33,6 +33,21 @@ def tiny_lm(hidden=32, layers=2, vocab=64, seed=0, max_pos=256, impl="hf") -> HF
     return cls(LlamaForCausalLM(cfg).eval(), None, torch.device("cpu"))
 
 
+def spread_hybrid(m):
+    """A random tiny hybrid with every part made to count: non-trivial norm weights, and slow decays
+    (A in [0.05, 1]) so tokens several steps back still move the GDN state."""
+    import math
+    with torch.no_grad():
+        for name, p in m.named_parameters():
+            if "norm" in name:
+                p.add_(0.3 * torch.randn_like(p))
+            elif name.endswith("A_log"):
+                p.uniform_(math.log(0.05), math.log(1.0))
+            elif name.endswith("dt_bias"):
+                p.normal_(0.0, 0.5)
+    return m
+
+
 @pytest.fixture
 def pair():
     return tiny_lm(32, 2, seed=0), tiny_lm(16, 1, seed=1)

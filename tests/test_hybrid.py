@@ -6,11 +6,11 @@ implementation independent of ours. Tolerance 1e-4 on logits whose spread is O(1
 The random weights are perturbed so every part counts: non-trivial norm weights, and slow decays
 (A in [0.05, 1]) so that tokens several steps back still move the GDN state.
 """
-import math
 import random
 
 import pytest
 import torch
+from conftest import spread_hybrid
 from transformers import Qwen3_5ForCausalLM
 
 from speclib.models.hybrid import STRATEGIES, HybridLM, extend_batch, tiny_config
@@ -24,15 +24,7 @@ V = 64
 def model():
     torch.manual_seed(0)
     m = Qwen3_5ForCausalLM(tiny_config(initializer_range=0.2)).eval()
-    with torch.no_grad():
-        for name, p in m.named_parameters():
-            if "norm" in name:
-                p.add_(0.3 * torch.randn_like(p))
-            elif name.endswith("A_log"):
-                p.uniform_(math.log(0.05), math.log(1.0))
-            elif name.endswith("dt_bias"):
-                p.normal_(0.0, 0.5)
-    return m
+    return spread_hybrid(m)
 
 
 @torch.inference_mode()

@@ -12,12 +12,12 @@ with the seeds fixed the outcome is the same on every run. A power check beside 
 rejects the subset's own samples against the target's.
 """
 import copy
-import math
 import random
 
 import numpy as np
 import pytest
 import torch
+from conftest import spread_hybrid
 from transformers import Qwen3_5ForCausalLM
 
 from speclib import Sampling, generate
@@ -41,15 +41,7 @@ SUBSETS = {"all": ("all", None), "linear": ("linear", None), "linear_early_exit"
 def model():
     torch.manual_seed(0)
     m = Qwen3_5ForCausalLM(tiny_config(num_hidden_layers=8, initializer_range=0.2)).eval()
-    with torch.no_grad():
-        for name, p in m.named_parameters():
-            if "norm" in name:
-                p.add_(0.3 * torch.randn_like(p))
-            elif name.endswith("A_log"):
-                p.uniform_(math.log(0.05), math.log(1.0))
-            elif name.endswith("dt_bias"):
-                p.normal_(0.0, 0.5)
-    return m
+    return spread_hybrid(m)
 
 
 @pytest.fixture(scope="module")
