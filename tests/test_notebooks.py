@@ -78,7 +78,8 @@ def test_01_baseline_smoke(smoke_run, monkeypatch):
     for name, before in figures.items():
         assert (out / "figures" / f"01_baseline_{name}.png").read_bytes() == before, name
     steps = [json.loads(p.read_text()) for p in sorted(res.glob("*.step.json"))]
-    assert {s["step"] for s in steps} == {"cost", "exact_math", "chi2", "runs", "transformers_generate", "assisted"}
+    assert {s["step"] for s in steps} == {"cost", "exact_math", "chi2", "runs", "transformers_generate", "assisted",
+                                        "head_runs", "head_chi2"}
     assert all(s["params"]["SMOKE"] is True and s["seconds"] > 0 for s in steps)
 
 
