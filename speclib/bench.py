@@ -29,6 +29,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from .analytic import expected_tokens, predicted_speedup  # noqa: F401  (part of bench's API)
 from . import stats
 from .device import clock
 from .drafters import ModelDrafter
@@ -193,16 +194,6 @@ def speedup_table(runs: pd.DataFrame, reference: str = "AR", seed: int = 0) -> p
                          tokens_per_call=float(g.tokens_per_call.mean()),
                          identical=int(g.same_as_reference.sum()), runs=len(g)))
     return pd.DataFrame(rows)
-
-
-def expected_tokens(alpha: float, k: int) -> float:
-    """E[tokens per target call] for i.i.d. acceptance alpha and draft length k."""
-    return k + 1.0 if alpha >= 1 else (1 - alpha ** (k + 1)) / (1 - alpha)
-
-
-def predicted_speedup(alpha: float, k: int, c: float, v: float) -> float:
-    """E / (k c + v(k)); Leviathan et al. take v = 1, we measure it."""
-    return expected_tokens(alpha, k) / (k * c + v)
 
 
 def token_acceptance(steps: list[dict]) -> float:

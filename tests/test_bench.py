@@ -110,3 +110,11 @@ def test_threads_context_sets_then_restores_the_count():
     with pytest.raises(RuntimeError), device.threads(1):
         raise RuntimeError("the count is restored on errors too")
     assert torch.get_num_threads() == before
+
+
+def test_analytic_model_closed_forms():
+    """E = 1 + a + ... + a^k (a geometric sum, summed here term by term) and speedup E / (k c + v)."""
+    from speclib.analytic import expected_tokens, predicted_speedup
+    for a, k in [(0.0, 3), (0.5, 1), (0.73, 5), (1.0, 4)]:
+        assert expected_tokens(a, k) == pytest.approx(sum(a ** i for i in range(k + 1)))
+    assert predicted_speedup(0.5, 2, 0.1, 1.3) == pytest.approx(1.75 / 1.5)

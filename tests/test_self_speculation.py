@@ -21,7 +21,6 @@ from conftest import spread_hybrid
 from transformers import Qwen3_5ForCausalLM
 
 from speclib import Sampling, generate
-from speclib.bench import predicted_speedup as bench_predicted_speedup
 from speclib.bench_tree import heldout_loss
 from speclib.drafters.layers import (KINDS, ExitAdapter, LayerSkipDrafter, SubsetSearch, acceptance_proxy,
                                      flop_cost, predicted_speedup, proxy_measure, search_subsets, subset,
@@ -228,13 +227,11 @@ def test_subset_loss_is_heldout_loss_on_the_view(target):
     assert 0 < acceptance_proxy(target, [0, 2], windows) < 1
 
 
-def test_costs_and_the_analytic_formula(target):
+def test_costs_against_context(target):
     assert flop_cost(target, range(8)) == pytest.approx(1.0)
     lin = subset(target, "linear")
     # Attention's per-token work grows with the context, the GDN layers' does not.
     assert flop_cost(target, lin, 4096) < flop_cost(target, lin, 128) < 1
-    for a, k, c, v in [(0.0, 1, 0.1, 1.0), (0.6, 2, 0.3, 1.1), (1.0, 4, 0.05, 1.4), (0.93, 6, 0.9, 2.0)]:
-        assert predicted_speedup(a, k, c, v) == pytest.approx(bench_predicted_speedup(a, k, c, v))
 
 
 def test_search_respects_its_budget_and_never_loses(target):

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from ..analytic import predicted_speedup
 from ..models.hybrid import HybridLM, check_layers
 from ..sampling import Sampling
 from .model import ModelDrafter
@@ -175,13 +176,6 @@ def proxy_measure(target: HybridLM, windows, context: int = 128, temperature: fl
 
 
 # --- the search -----------------------------------------------------------------------------------------
-def predicted_speedup(alpha: float, k: int, c: float, v: float = 1.0) -> float:
-    """The analytic model (docs/analytic_model.md; the same formula as bench.predicted_speedup, which
-    sits above the drafters): E = (1 - a^{k+1}) / (1 - a) tokens per target call, over k c + v."""
-    e = k + 1.0 if alpha >= 1 else (1 - alpha ** (k + 1)) / (1 - alpha)
-    return e / (k * c + v)
-
-
 @dataclass
 class SubsetSearch:
     """What `search_subsets` found: the best subset seen, where it started, and every measurement
