@@ -43,6 +43,12 @@ PRESETS = {
                           num_key_value_heads=2, head_dim=64, linear_num_key_heads=4,
                           linear_num_value_heads=8, linear_key_head_dim=64, linear_value_head_dim=64,
                           linear_conv_kernel_dim=4, intermediate_size=1408, lr=1.5e-3),
+    # A second hybrid family for notebook 06: Falcon-H1 runs a Mamba2 mixer beside attention in every
+    # layer (outputs summed), sized and trained like hybrid-target (same data, same distillation).
+    "falcon-h1-tiny": dict(arch="falcon_h1", hidden_size=512, num_hidden_layers=8, num_attention_heads=8,
+                           num_key_value_heads=2, head_dim=64, mamba_d_ssm=512, mamba_n_heads=8,
+                           mamba_d_head=64, mamba_d_state=64, mamba_n_groups=1, mamba_chunk_size=64,
+                           intermediate_size=1024, lr=1.5e-3),
     # Fine-tuned from the code pair on the workloads of notebook 02 (train-split files only), half the
     # batches from those workloads and half from plain stdlib source so the code skill is kept.
     "agent-target": dict(init="code-target", mix=0.5, lr=5e-4),
@@ -111,6 +117,9 @@ def make_model(name: str, tokenizer):
     if PRESETS[name].get("arch") == "qwen3_5":
         cfg = transformers.Qwen3_5TextConfig(**common)   # derives layer_types 3:1, rope from defaults
         return transformers.Qwen3_5ForCausalLM(cfg)
+    if PRESETS[name].get("arch") == "falcon_h1":
+        cfg = transformers.FalconH1Config(**common)
+        return transformers.FalconH1ForCausalLM(cfg)
     cfg = transformers.LlamaConfig(rope_theta=10000.0, **common)
     return transformers.LlamaForCausalLM(cfg)
 
@@ -232,7 +241,8 @@ def train_model(name: str, steps: int, minutes: float, bsz: int = 8, seq: int = 
     return export(name, model, tok, held, distill_from)
 
 
-ARCH_NAMES = {"llama": "Llama", "qwen3_5_text": "Qwen3.5 text (Gated DeltaNet : gated attention = 3 : 1)"}
+ARCH_NAMES = {"llama": "Llama", "qwen3_5_text": "Qwen3.5 text (Gated DeltaNet : gated attention = 3 : 1)",
+              "falcon_h1": "Falcon-H1 (a Mamba2 mixer beside attention in every layer)"}
 
 
 def export(name: str, model, tok, held: np.ndarray, distill_from: str | None) -> Path:

@@ -56,5 +56,11 @@ def test_06_self_speculation_smoke(smoke_run):
     assert (ctx.identical == ctx.runs).all() and ci_contains(ctx.speedup, ctx.lo, ctx.hi)
     corr = pd.read_parquet(res / "perplexity_correlation.parquet")
     assert corr.rho.dropna().between(-1, 1).all() and corr.p.dropna().between(0, 1).all()
+    # the second family: both subgraphs measured, the other family's linear subgraph decodes losslessly
+    fam = pd.read_parquet(res / "families.parquet")
+    assert set(fam.architecture) == {"qwen3_5_text", "falcon_h1"} and (fam.c > 0).all()
+    assert fam.tf_acceptance_t0.between(0, 1).all() and fam.tf_acceptance_t1.between(0, 1).all()
+    other = pd.read_parquet(res / "other_family.parquet")
+    assert (other.identical == other.runs).all() and other.acceptance.between(0, 1).all()
     for name in ["cost", "search", "subsets", "exit", "context", "perplexity"]:
         assert (out / "figures" / f"{NB}_{name}.png").stat().st_size > 10_000

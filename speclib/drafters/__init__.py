@@ -1,5 +1,6 @@
 """Drafters propose a Tree from the context: `reset(prompt)`, `draft(context) -> Tree`,
 `observe(accepted_tokens)`, `check_compatible(target)`."""
+from .branches import BranchSkipLM
 from .cache import PromptLookupDrafter, SuffixDrafter
 from .feature import FeatureDrafter, HeadLM
 from .hybrid import Costs, HybridDrafter, PayoffPredictor
@@ -9,4 +10,4 @@ from .tree import TreeDrafter
 
 __all__ = ["Costs", "FeatureDrafter", "HeadLM", "HybridDrafter", "ModelDrafter", "PayoffPredictor", "PromptLookupDrafter", "SelfDrafter",
            "SuffixDrafter", "TreeDrafter"]
-__all__ += ["ExitAdapter", "LayerSkipDrafter"]
+__all__ += ["BranchSkipLM", "ExitAdapter", "LayerSkipDrafter"]

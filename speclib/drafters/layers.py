@@ -104,14 +104,19 @@ def _check_windows(windows, shortest: int) -> list:
     return windows
 
 
+def lm_loss(lm, windows) -> float:
+    """Mean next-token loss (nats) of any chain LM over token windows (one reset + extend per window)."""
+    windows = _check_windows(windows, 2)
+    losses = [F.cross_entropy(_logits(lm, w)[:-1], torch.tensor([int(t) for t in w[1:]]), reduction="none")
+              for w in windows]
+    return float(torch.cat(losses).mean())
+
+
 def subset_loss(target: HybridLM, layers, windows, exit: torch.nn.Module | None = None) -> float:
     """Mean held-out next-token loss (nats) of the subset model over token windows: the same
     computation as `bench_tree.heldout_loss` on `target.view(layers=layers, exit=exit)`."""
-    view = _hybrid(target, "subset_loss").view(layers=check_layers(layers, len(target.is_gdn)), exit=exit)
-    windows = _check_windows(windows, 2)
-    losses = [F.cross_entropy(_logits(view, w)[:-1], torch.tensor([int(t) for t in w[1:]]), reduction="none")
-              for w in windows]
-    return float(torch.cat(losses).mean())
+    return lm_loss(_hybrid(target, "subset_loss").view(layers=check_layers(layers, len(target.is_gdn)), exit=exit),
+                   windows)
 
 
 def _acceptance(p_logits: torch.Tensor, q_logits: torch.Tensor, temperature: float) -> torch.Tensor:
@@ -123,19 +128,24 @@ def _acceptance(p_logits: torch.Tensor, q_logits: torch.Tensor, temperature: flo
     return torch.minimum(p, q).sum(-1)
 
 
+def lm_acceptance(full, draft, windows, temperature: float = 1.0) -> float:
+    """Mean teacher-forced acceptance of `draft`'s distributions for `full`'s (any two chain LMs over one
+    vocabulary) on token windows: at every position sum_x min(p, q), argmax agreement at temperature 0."""
+    if temperature < 0:
+        raise ValueError(f"temperature must be >= 0, got {temperature}")
+    windows = _check_windows(windows, 1)
+    return float(torch.cat([_acceptance(_logits(full, w), _logits(draft, w), temperature) for w in windows]).mean())
+
+
 def acceptance_proxy(target: HybridLM, layers, windows, exit: torch.nn.Module | None = None,
                      temperature: float = 1.0) -> float:
     """Mean teacher-forced acceptance of the subset's drafts on token windows: at every position,
     sum_x min(p, q) between the full model p and the subset q (argmax agreement at temperature 0).
     A cheap stand-in for the per-token acceptance a of decoding runs (it scores the windows' text, not
     the target's own continuations)."""
-    if temperature < 0:
-        raise ValueError(f"temperature must be >= 0, got {temperature}")
     _hybrid(target, "acceptance_proxy")
-    windows = _check_windows(windows, 1)
-    full, view = target.view(layers=list(range(len(target.is_gdn))), exit=None), target.view(layers=layers, exit=exit)
-    acc = [_acceptance(_logits(full, w), _logits(view, w), temperature) for w in windows]
-    return float(torch.cat(acc).mean())
+    full = target.view(layers=list(range(len(target.is_gdn))), exit=None)
+    return lm_acceptance(full, target.view(layers=layers, exit=exit), windows, temperature)
 
 
 def flop_cost(target: HybridLM, layers, context: int = 128) -> float:
