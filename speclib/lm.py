@@ -313,7 +313,12 @@ class HFLM(FeatureStore, BaseLM):
 
     def frozen_parts(self):
         """(token embedding, final norm, LM head): the target modules a feature-level head reuses."""
-        return self.model.get_input_embeddings(), self.model.model.norm, self.model.lm_head
+        base = self.model.base_model
+        norm = next((getattr(base, n) for n in FINAL_NORMS if isinstance(getattr(base, n, None), torch.nn.Module)), None)
+        if norm is None:
+            raise TypeError(f"{type(self.model).__name__} names its final norm none of {FINAL_NORMS}: a feature head "
+                            f"cannot find the module it must reuse")
+        return self.model.get_input_embeddings(), norm, self.model.get_output_embeddings()
 
     def trees_unsupported(self) -> str | None:
         """None when this model honours speclib's 4D tree mask, else why not. Checked once per LM: sliding-
@@ -323,6 +328,10 @@ class HFLM(FeatureStore, BaseLM):
         if not self._tree_probed:
             self._tree_reason, self._tree_probed = _tree_probe(self.model, self.dtype, self.device), True
         return self._tree_reason
+
+
+# what transformers' base models call the norm before the LM head (Llama, Falcon-H1, GPT-2, OPT, ...)
+FINAL_NORMS = ("norm", "final_layernorm", "ln_f", "final_layer_norm")
 
 
 @torch.inference_mode()

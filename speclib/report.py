@@ -51,6 +51,13 @@ def _rows_01() -> list[tuple[str, str, str]]:
                          f"**{r.speedup:.2f}x** over AR (95% CI {r.lo:.2f}–{r.hi:.2f}{_total(r)}); per-token acceptance "
                          f"{r.token_acceptance:.3f}, {r.tokens_per_call:.2f} tokens/call, in-loop c = {r.c:.3f}, v = {r.v:.2f}; "
                          f"identical to AR {r.identical} / {r.runs}", "head_speedup.parquet"))
+    if results.path("01_baseline/head_ceiling").is_file():
+        ceil = results.load("01_baseline/head_ceiling")
+        free = ceil.loc[ceil.ceiling_free.idxmax()]
+        rows.append(("feature head chains: the most any draft could give at the measured verify cost v(K)",
+                     f"{free.ceiling_free:.2f}x at K = {int(free.depth)} (perfect acceptance, zero draft cost); at the head's "
+                     f"own c: " + ", ".join(f"K = {int(r.depth)} {r.ceiling_at_c:.2f}x" for r in ceil.itertuples()),
+                     "head_ceiling.parquet"))
     return [(m, v, f"`data/results/01_baseline/{f}`") for m, v, f in rows]
 
 
@@ -197,6 +204,15 @@ def _rows_06() -> list[tuple[str, str, str]]:
     for r in ex.itertuples():
         rows.append((f"self-draft {r.drafter}", f"{r.speedup:.2f}x over AR (95% CI {r.lo:.2f}–{r.hi:.2f}), per-token "
                      f"acceptance {r.token_acceptance:.3f}", "exit.parquet"))
+    fam, other = results.load(f"{nb}/families"), results.load(f"{nb}/other_family")
+    for r in fam.itertuples():
+        rows.append((f"linear subgraph of {r.model} ({r.architecture}), teacher-forced on held-out windows",
+                     f"greedy agreement {r.tf_acceptance_t0:.3f}, Σ min(p, q) {r.tf_acceptance_t1:.3f}; loss "
+                     f"{r.loss_full:.3f} → {r.loss_linear:.3f} nats; c = {r.c:.2f}", "families.parquet"))
+    for r in other.itertuples():
+        rows.append((f"greedy SD on {r.model} drafted by its linear subgraph, k = {r.k}",
+                     f"acceptance rate {r.acceptance:.3f} (per token {r.token_acceptance:.3f}); {r.speedup:.2f}x over AR "
+                     f"(95% CI {r.lo:.2f}–{r.hi:.2f}); identical to AR {r.identical} / {r.runs}", "other_family.parquet"))
     return [(m, v, f"`data/results/{nb}/{f}`") for m, v, f in rows]
 
 

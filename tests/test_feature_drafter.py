@@ -223,3 +223,19 @@ def test_training_reduces_loss_and_resumes(tmp_path):
     again = new_head(target, "tiny")
     st2 = fit(target, again, stream, stream[:1000], tmp_path, steps=90, **kw)
     assert any("resumed at step 80" in m for m in logs) and st2["step"] == 90 and st2["tokens"] == 90 * 4 * 32
+
+
+def test_frozen_parts_finds_each_architectures_final_norm():
+    """The final norm under the names transformers uses (Llama `norm`, GPT-2 `ln_f`), and a clear error
+    for a model that has none of them."""
+    from speclib.lm import HFLM
+    from speclib.support import tiny_model
+    for family, name in [("llama", "norm"), ("gpt2", "ln_f")]:
+        model = tiny_model(family)
+        embed, norm, lm_head = HFLM(model, None, "cpu").frozen_parts()
+        assert norm is getattr(model.base_model, name) and lm_head is model.lm_head
+        assert embed is model.get_input_embeddings()
+    model = tiny_model("llama")
+    model.model.norm = None
+    with pytest.raises(TypeError, match="final norm"):
+        HFLM(model, None, "cpu").frozen_parts()

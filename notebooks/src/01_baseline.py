@@ -908,6 +908,27 @@ display(Markdown(
     f"dof = {chi_h.dof}, permutation p = {chi_h.p_permutation:.3f} over {chi_h.tokens_ar} and {chi_h.tokens_sd} tokens."))
 
 # %% [markdown]
+# **What limits the head.** Section 6's ceiling, per chain length: with perfect acceptance a chain of K
+# yields K + 1 tokens per target call, so it can run at most `(K + 1) / (K·c + v(K))` times AR at the
+# head's measured c, and `(K + 1) / v(K)` even for a draft that costs nothing. Beside them, the tokens
+# per call the head actually earned and the speedup it reached.
+
+# %%
+ceil = hrep[hrep.kind == "head chain"].sort_values("depth")
+ceil = ceil.assign(ceiling_at_c=(ceil.depth + 1) / (ceil.depth * ceil.c + ceil.v), ceiling_free=(ceil.depth + 1) / ceil.v)
+results.save(ceil.assign(**meta), f"{NB}/head_ceiling")
+display(ceil[["depth", "token_acceptance", "tokens_per_call", "c", "v", "speedup", "ceiling_at_c", "ceiling_free"]].round(3))
+cb = ceil.set_index("method").loc[f"head K={chain_k}"]
+display(Markdown(
+    f"Even a draft that were always right and cost nothing could run at most **{ceil.ceiling_free.max():.2f}x** over AR "
+    f"here (at K = {int(ceil.depth[ceil.ceiling_free.idxmax()])}): verifying K + 1 tokens costs v(K) = "
+    + ", ".join(f"{r.v:.2f}" for r in ceil.itertuples()) + f" single-token passes for K = {int(ceil.depth.min())}.."
+    f"{int(ceil.depth.max())} on this CPU (one thread, a model this small: arithmetic, not weight reads, sets the "
+    f"time of a wider pass). At its chosen K = {chain_k} the head reaches {cb.speedup:.2f}x of a {cb.ceiling_at_c:.2f}x "
+    f"ceiling at its own c = {cb.c:.3f}, with {cb.tokens_per_call:.2f} of {chain_k + 1} possible tokens per call "
+    f"(per-token acceptance {cb.token_acceptance:.3f}; the per-position curve above shows where it drops)."))
+
+# %% [markdown]
 # ### This run's steps
 # Each expensive step above, whether this run computed it or read it from saved results (and from
 # which commit), and how long it took when it was computed. A step recorded from results made before
