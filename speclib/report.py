@@ -204,6 +204,8 @@ def _rows_06() -> list[tuple[str, str, str]]:
     for r in ex.itertuples():
         rows.append((f"self-draft {r.drafter}", f"{r.speedup:.2f}x over AR (95% CI {r.lo:.2f}–{r.hi:.2f}), per-token "
                      f"acceptance {r.token_acceptance:.3f}", "exit.parquet"))
+    if not results.path(f"{nb}/families").is_file():
+        return [(m, v, f"`data/results/{nb}/{f}`") for m, v, f in rows]
     fam, other = results.load(f"{nb}/families"), results.load(f"{nb}/other_family")
     for r in fam.itertuples():
         rows.append((f"linear subgraph of {r.model} ({r.architecture}), teacher-forced on held-out windows",
