@@ -118,3 +118,16 @@ def test_analytic_model_closed_forms():
     for a, k in [(0.0, 3), (0.5, 1), (0.73, 5), (1.0, 4)]:
         assert expected_tokens(a, k) == pytest.approx(sum(a ** i for i in range(k + 1)))
     assert predicted_speedup(0.5, 2, 0.1, 1.3) == pytest.approx(1.75 / 1.5)
+
+
+def test_acceptance_needed_inverts_the_predicted_speedup():
+    """acceptance_needed is the inverse of predicted_speedup in alpha on random (k, c, v, alpha); nan
+    past the chain's ceiling (k + 1) / (k c + v), 0 when one token per call already suffices."""
+    import math
+    from speclib.analytic import acceptance_needed, predicted_speedup
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        k, c, v, a = int(rng.integers(1, 9)), rng.uniform(0, 0.5), rng.uniform(1, 2.5), rng.uniform(0.01, 0.99)
+        assert acceptance_needed(predicted_speedup(a, k, c, v), k, c, v) == pytest.approx(a, abs=1e-9)
+    assert math.isnan(acceptance_needed(1.01 * 3 / (2 * 0.1 + 1.2), 2, 0.1, 1.2))
+    assert acceptance_needed(0.5, 3, 0.1, 1.0) == 0.0

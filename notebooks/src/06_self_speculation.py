@@ -823,7 +823,10 @@ display(Markdown(
 # degradation), the teacher-forced acceptance at temperature 0 (argmax agreement) and 1 (Σ min(p, q)),
 # and the subgraph's cost c (one-token pass over the full model's, timed round-robin). Then
 # `OTHER_FAMILY` decodes the reported prompts greedily with its linear subgraph at every k of `KS`,
-# AR beside it, the speedup with its bootstrap CI as everywhere in the workbook.
+# AR beside it, the speedup with its bootstrap CI as everywhere in the workbook. speclib runs Falcon-H1
+# through the stock transformers forward (`StatefulLM`): a step that rejects part of the chain restores
+# the recurrent states and re-runs the accepted tokens (snapshot-replay), an extra pass `hybrid-target`'s
+# own forward does not pay. That weighs on the other family's speedup, not on its acceptance.
 #
 # **How to read the tables.** The first compares the two families' subgraphs; the second is the other
 # family's decoding. acceptance is accepted / drafted per step, the component-aware study's α.
