@@ -56,7 +56,9 @@ def _rows_01() -> list[tuple[str, str, str]]:
         free = ceil.loc[ceil.ceiling_free.idxmax()]
         rows.append(("feature head chains: the most any draft could give at the measured verify cost v(K)",
                      f"{free.ceiling_free:.2f}x at K = {int(free.depth)} (perfect acceptance, zero draft cost); at the head's "
-                     f"own c: " + ", ".join(f"K = {int(r.depth)} {r.ceiling_at_c:.2f}x" for r in ceil.itertuples()),
+                     f"own c: " + ", ".join(f"K = {int(r.depth)} {r.ceiling_at_c:.2f}x" for r in ceil.itertuples())
+                     + (f"; 2x would need a per-token acceptance of {ceil.alpha_for_2x.min():.3f} (head: "
+                        f"{ceil.token_acceptance.max():.3f})" if ceil.alpha_for_2x.notna().any() else ""),
                      "head_ceiling.parquet"))
     return [(m, v, f"`data/results/01_baseline/{f}`") for m, v, f in rows]
 
