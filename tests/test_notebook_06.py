@@ -60,7 +60,8 @@ def test_06_self_speculation_smoke(smoke_run):
     fam = pd.read_parquet(res / "families.parquet")
     assert set(fam.architecture) == {"qwen3_5_text", "falcon_h1"} and (fam.c > 0).all()
     assert fam.tf_acceptance_t0.between(0, 1).all() and fam.tf_acceptance_t1.between(0, 1).all()
-    other = pd.read_parquet(res / "other_family.parquet")
-    assert (other.identical == other.runs).all() and other.acceptance.between(0, 1).all()
+    fruns = pd.read_parquet(res / "family_runs.parquet")
+    assert set(fruns.model) == set(fam.model) and (fruns.identical == fruns.runs).all()
+    assert fruns.acceptance.between(0, 1).all() and ci_contains(fruns.speedup, fruns.lo, fruns.hi)
     for name in ["cost", "search", "subsets", "exit", "context", "perplexity"]:
         assert (out / "figures" / f"{NB}_{name}.png").stat().st_size > 10_000
