@@ -50,8 +50,9 @@ train: venv
 	$(BIN)/python -m speclib.train model code-target --steps 1950 --minutes 100
 	$(BIN)/python -m speclib.train model code-draft --steps 1700 --minutes 16 --distill-from code-target
 	$(BIN)/python -m speclib.train model hybrid-target --steps 1500 --minutes 80 --distill-from code-target --distill-weight 0.7
-	# a second hybrid family for notebook 06, trained like hybrid-target (same data, tokens and distillation)
+	# a second hybrid family for notebook 06 (two attention widths), trained like hybrid-target (same data, tokens, distillation)
 	$(BIN)/python -m speclib.train model falcon-h1-tiny --steps 900 --minutes 60 --distill-from code-target --distill-weight 0.7
+	$(BIN)/python -m speclib.train model falcon-h1-tiny-wide-ssm --steps 900 --minutes 60 --distill-from code-target --distill-weight 0.7
 	$(BIN)/python -m speclib.data       # the held-out stdlib and HumanEval prompt sets
 	$(BIN)/python -m speclib.workloads
 	$(BIN)/python -m speclib.train model agent-target --steps 600 --minutes 45

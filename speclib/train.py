@@ -49,6 +49,12 @@ PRESETS = {
                            num_key_value_heads=2, head_dim=64, mamba_d_ssm=512, mamba_n_heads=8,
                            mamba_d_head=64, mamba_d_state=64, mamba_n_groups=1, mamba_chunk_size=64,
                            intermediate_size=1024, lr=1.5e-3),
+    # The same with the released Falcon-H1 models' width ratio (0.5B: 24 Mamba heads, 8 attention heads):
+    # the SSM branch three times as wide as attention, the parameter count kept.
+    "falcon-h1-tiny-wide-ssm": dict(arch="falcon_h1", hidden_size=512, num_hidden_layers=8, num_attention_heads=4,
+                                    num_key_value_heads=2, head_dim=64, mamba_d_ssm=768, mamba_n_heads=12,
+                                    mamba_d_head=64, mamba_d_state=64, mamba_n_groups=1, mamba_chunk_size=64,
+                                    intermediate_size=1024, lr=1.5e-3),
     # Fine-tuned from the code pair on the workloads of notebook 02 (train-split files only), half the
     # batches from those workloads and half from plain stdlib source so the code skill is kept.
     "agent-target": dict(init="code-target", mix=0.5, lr=5e-4),

@@ -18,7 +18,7 @@
 # on disjoint prompts (section 2), train an exit adapter for the best subset (section 3), measure the
 # best configurations and the separate draft `code-draft` at every context length (section 4), and set
 # the ablated model's perplexity beside its acceptance (section 5), and repeat the linear-subgraph
-# measurement on a tiny Falcon-H1, a second hybrid family trained the same way (section 6). Every speedup is measured the workbook's one way (`bench.paired_runs`,
+# measurement on two tiny Falcon-H1 models, a second hybrid family trained the same way (section 6). Every speedup is measured the workbook's one way (`bench.paired_runs`,
 # `bench.speedup_table`; [the statistics notes](../docs/statistics.md)): AR and every method back to
 # back on each prompt in alternating order, the speedup is the median over prompts of the per-prompt
 # speed ratio with a 95% bootstrap interval, settings are chosen on pilot prompts and reported on
@@ -66,8 +66,8 @@
 #
 # **How long it takes.** With `RESULTS = "auto"` (the default) and the shipped parameters every step is
 # read from `data/results/` and the notebook draws everything in about a minute. `"recompute"` runs
-# every step: about 52 minutes on 2 CPU cores (sections 1-5 took 41 minutes in one run, section 6 about
-# 10 in another), most of it the long-context runs of section 4 (each prompt of
+# every step: about an hour on 2 CPU cores (sections 1-5 took 41 minutes in one run, section 6 with its
+# three models 19 in another), most of it the long-context runs of section 4 (each prompt of
 # 4,096 tokens is prefilled by the target and by every draft) and the pilot of section 2; the exit
 # adapter trains for at most `EXIT_MINUTES`. Changing a parameter recomputes only
 # the steps that use it; a run whose parameters differ from the shipped ones writes under
@@ -98,7 +98,7 @@ EXIT_STEPS = 400        # training steps cap of the exit adapter (batches of 8 w
 EXIT_RANK = 16          # rank of the exit adapter's low-rank correction
 CONTEXT_PROMPTS = 6     # section 4: reported prompts per context length
 EVAL_WINDOWS = 16       # section 5: held-out windows of 256 tokens for the ablated models' loss
-OTHER_FAMILY = "falcon-h1-tiny"   # section 6: a checkpoint of another hybrid family trained here
+OTHER_FAMILIES = ["falcon-h1-tiny", "falcon-h1-tiny-wide-ssm"]   # section 6: other hybrid families trained here
 RESULTS = "auto"        # auto: reuse results saved with these parameters, else compute; "recompute"; "reuse"
 PUBLISH = False         # True: a run with non-default parameters also replaces data/results and figures/
 THREADS = 1             # torch threads (0: every CPU this process may use); 1 keeps timings smooth on 2 cores
@@ -126,7 +126,7 @@ if SMOKE:
     CONTEXTS, PILOT_CONTEXT, LATENCY_REPEATS, EARLY_EXIT_NS, FIRST_NS = [128, 256], 128, 3, [2], [4]
     SEARCH_BUDGET, SEARCH_WINDOWS, SEARCH_REPEATS, KS = 4, 2, 2, [1, 2]
     N_PILOT, N_PROMPTS, MAX_NEW_TOKENS, EXIT_MINUTES, EXIT_STEPS = 1, 2, 12, 0.5, 3
-    CONTEXT_PROMPTS, EVAL_WINDOWS = 2, 2
+    CONTEXT_PROMPTS, EVAL_WINDOWS, OTHER_FAMILIES = 2, 2, OTHER_FAMILIES[:1]
 NB = "06_self_speculation"
 GREEDY = Sampling(0.0)
 CTXS = sorted(set(CONTEXTS) | {PILOT_CONTEXT})
@@ -813,12 +813,16 @@ display(Markdown(
 # α = 0.68 at k = 2, Qwen3.5's (Gated DeltaNet layers between attention layers, as `hybrid-target`)
 # with α = 0.038. Does the family matter that much when both are trained the same way?
 #
-# **Method.** `OTHER_FAMILY` is a tiny Falcon-H1 trained here on the same data, the same number of
-# tokens and the same distillation from `code-target` as `TARGET` (its model card says how). In a
-# Falcon-H1 layer attention is a branch, not a layer, so its linear subgraph is every layer with the
-# attention branch switched off: `BranchSkipLM(other)`, a view of the same weights with its own cache,
+# **Method.** `OTHER_FAMILIES` are two tiny Falcon-H1 models trained here on the same data, the same
+# number of tokens and the same distillation from `code-target` as `TARGET` (their model cards say how),
+# at about its parameter count: `falcon-h1-tiny` with attention and Mamba2 branches equally wide (8
+# heads of 64 each), `falcon-h1-tiny-wide-ssm` with the released Falcon-H1 models' ratio (the 0.5B model
+# has 24 Mamba heads and 8 attention heads, all of 64; here 12 and 4), so that switching attention off
+# removes a smaller share of each layer. In a Falcon-H1 layer attention is a branch, not a layer, so
+# its linear subgraph is every layer with the attention branch switched off: `BranchSkipLM(lm)`, a view
+# of the same weights with its own cache,
 # drafting through the stock `ModelDrafter` (`speclib/drafters/branches.py`). `TARGET`'s linear
-# subgraph is `subset(target, "linear")`. For both families, on the same held-out windows as section 5
+# subgraph is `subset(target, "linear")`. For every model, on the same held-out windows as section 5
 # and at the pilot context: the full model's and the subgraph's held-out loss (their difference is the
 # degradation), the teacher-forced acceptance at temperature 0 (argmax agreement) and 1 (Σ min(p, q)),
 # and the subgraph's cost c (one-token pass over the full model's, timed round-robin). Then each model
@@ -826,18 +830,19 @@ display(Markdown(
 # beside it, the speedup with its bootstrap CI as everywhere in the workbook. speclib runs Falcon-H1
 # through the stock transformers forward (`StatefulLM`): a step that rejects part of the chain restores
 # the recurrent states and re-runs the accepted tokens (snapshot-replay), an extra pass `hybrid-target`'s
-# own forward does not pay. That weighs on the other family's speedup, not on its acceptance.
+# own forward does not pay. That weighs on the Falcon-H1 speedups, not on their acceptance.
 #
-# **How to read the tables.** The first compares the two families' subgraphs teacher-forced; the second
+# **How to read the tables.** The first compares the models' subgraphs teacher-forced; the second
 # is their decoding on the same prompts, one model's rows against its own AR. acceptance is accepted /
 # drafted per step, the component-aware study's α; c there is the in-loop draft cost.
 
 # %%
 shipped = speclib.checkpoints()
-if OTHER_FAMILY not in shipped:
-    raise ValueError(f"OTHER_FAMILY {OTHER_FAMILY!r} is not a shipped checkpoint ({', '.join(shipped)}); train one with "
-                     f"`python -m speclib.train model falcon-h1-tiny ...` (its model card has the command)")
-other = speclib.load(OTHER_FAMILY, device=DEVICE)
+missing = [name for name in OTHER_FAMILIES if name not in shipped]
+if missing:
+    raise ValueError(f"OTHER_FAMILIES {missing} are not shipped checkpoints ({', '.join(shipped)}); train them with "
+                     f"`python -m speclib.train model NAME ...` (presets in speclib/train.py, commands in `make train`)")
+models = {TARGET: target} | {name: speclib.load(name, device=DEVICE) for name in OTHER_FAMILIES}
 
 
 def linear_subgraph(lm):
@@ -850,7 +855,7 @@ def linear_subgraph(lm):
 
 def families():
     rows = []
-    for name, lm in [(TARGET, target), (OTHER_FAMILY, other)]:
+    for name, lm in models.items():
         full = lm.view(layers=ALL, exit=None) if isinstance(lm, HybridLM) else lm
         sub = linear_subgraph(lm)
         t_full, t_sub = bench.latencies([(full, 1), (sub, 1)], prefix_len=PILOT_CONTEXT, repeats=LATENCY_REPEATS, warmup=3)
@@ -865,7 +870,7 @@ def families():
 
 def family_runs():
     tabs = []
-    for name, lm in [(TARGET, target), (OTHER_FAMILY, other)]:
+    for name, lm in models.items():
         sub = linear_subgraph(lm)
         methods = {"AR": lambda ids, i, lm=lm: generate(lm, ids, MAX_NEW_TOKENS, sampling=GREEDY, eos_token_id=None)}
         for k in KS:
@@ -876,47 +881,42 @@ def family_runs():
     return pd.concat(tabs, ignore_index=True).assign(**meta)
 
 
-fam = study.step("families", families, uses=["OTHER_FAMILY", "EVAL_WINDOWS", "PILOT_CONTEXT", "LATENCY_REPEATS", "THREADS"])
+fam = study.step("families", families, uses=["OTHER_FAMILIES", "EVAL_WINDOWS", "PILOT_CONTEXT", "LATENCY_REPEATS", "THREADS"])
 display(fam[["model", "architecture", "params_m", "loss_full", "loss_linear", "degradation", "tf_acceptance_t0",
              "tf_acceptance_t1", "c"]].round(3))
-runs_tab = study.step("family_runs", family_runs, uses=["OTHER_FAMILY", "KS", "N_PROMPTS", "MAX_NEW_TOKENS",
+runs_tab = study.step("family_runs", family_runs, uses=["OTHER_FAMILIES", "KS", "N_PROMPTS", "MAX_NEW_TOKENS",
                                                          "PILOT_CONTEXT", "SEED", "THREADS"])
 display(runs_tab[["model", "k", "acceptance", "token_acceptance", "tokens_per_call", "c", "speedup", "lo", "hi",
                   "identical", "runs"]].round(3))
 
 # %%
 acc = runs_tab.pivot(index="k", columns="model", values="acceptance")
-sp = runs_tab.set_index(["model", "k"])
+sp, f2 = runs_tab.set_index(["model", "k"]), fam.set_index("model")
 k2 = 2 if 2 in acc.index else acc.index[0]
-f2 = fam.set_index("model")
-best_k = {m: sp.loc[m].speedup.idxmax() for m in (TARGET, OTHER_FAMILY)}
+falcons = [m for m in OTHER_FAMILIES if f2.architecture[m] == "falcon_h1"]
+deg, a2 = f2.degradation, acc.loc[k2]
+ordered = all((deg[m] - deg[TARGET]) * (a2[m] - a2[TARGET]) <= 0 for m in OTHER_FAMILIES)
 display(Markdown(
-    f"On the same reported prompts at k = {k2}, the linear subgraph drafts with acceptance {acc[OTHER_FAMILY][k2]:.3f} on "
-    f"`{OTHER_FAMILY}` and {acc[TARGET][k2]:.3f} on `{TARGET}` (component-aware study: Falcon-H1 0.68, Qwen3.5 0.038). "
-    f"Teacher-forced greedy agreement on held-out windows: {f2.tf_acceptance_t0[OTHER_FAMILY]:.3f} against "
-    f"{f2.tf_acceptance_t0[TARGET]:.3f}; the subgraphs' loss degradations {f2.degradation[OTHER_FAMILY]:.2f} and "
-    f"{f2.degradation[TARGET]:.2f} nats. "
-    + ("Trained the same way, the Falcon-H1 subgraph is the better draft, in the component-aware study's direction. "
-       if acc[OTHER_FAMILY][k2] > acc[TARGET][k2] else
-       "Trained the same way, the family does not matter the way the component-aware study reports: the Falcon-H1 "
-       "subgraph is not the better draft here, and the Qwen3.5-style one is far from the study's near-zero acceptance. ")
-    + ("Across the two families the ordering follows section 5's rule: the subgraph that degrades its model more "
-       "drafts worse. " if (f2.degradation[OTHER_FAMILY] - f2.degradation[TARGET]) * (acc[OTHER_FAMILY][k2] - acc[TARGET][k2]) < 0
-       else "Across the two families the loss degradation does not order the acceptance. ")
-    + f"Cost: the Falcon-H1 subgraph costs c = {f2.c[OTHER_FAMILY]:.2f} of its full model, the Qwen3.5-style one "
-    f"{f2.c[TARGET]:.2f}; best speedups {sp.loc[OTHER_FAMILY].speedup.max():.2f}x (k = {best_k[OTHER_FAMILY]}) and "
-    f"{sp.loc[TARGET].speedup.max():.2f}x (k = {best_k[TARGET]}) over each model's own AR, every greedy output identical "
-    f"to AR's ({int(runs_tab.identical.sum())}/{int(runs_tab.runs.sum())})."))
+    f"Acceptance of the linear subgraph at k = {k2} on the same reported prompts: "
+    + "; ".join(f"`{m}` {a2[m]:.3f} (teacher-forced greedy agreement {f2.tf_acceptance_t0[m]:.3f}, degradation "
+                f"{deg[m]:.2f} nats, c = {f2.c[m]:.2f})" for m in models)
+    + " (component-aware study: Falcon-H1 0.68, Qwen3.5 0.038). "
+    + (f"Trained alike, a Falcon-H1 subgraph is the better draft in {sum(a2[m] > a2[TARGET] for m in falcons)} of "
+       f"{len(falcons)} Falcon-H1 models; " if falcons else "")
+    + f"the Qwen3.5-style subgraph of `{TARGET}` is far from the study's near-zero acceptance. "
+    + ("Across the models the loss degradation orders the acceptance as section 5's rule says: the subgraph that "
+       "degrades its model more drafts worse. " if ordered else
+       "Across the models the loss degradation does not order the acceptance. ")
+    + "Best speedups over each model's own AR: "
+    + ", ".join(f"`{m}` {sp.loc[m].speedup.max():.2f}x (k = {sp.loc[m].speedup.idxmax()})" for m in models)
+    + f"; every greedy output identical to AR's ({int(runs_tab.identical.sum())}/{int(runs_tab.runs.sum())})."))
 
 # %% [markdown]
-# What this comparison cannot say. Both models are tiny, trained on 1.84M tokens; the component-aware
-# study's models are billions of parameters trained on trillions. In `falcon-h1-tiny` the attention
-# branch and the Mamba2 branch are equally wide (8 heads of 64 each; `OTHER_FAMILY`'s config), while
-# the released Falcon-H1 models give the SSM path two to three times the channels of attention (the
-# 0.5B model: 24 Mamba heads against 8 attention heads, all of 64), so switching attention off removes
-# a smaller share of each layer there. Whether that width ratio, the scale, or
-# the family itself produces the study's 0.68 is not separated here; a second tiny Falcon-H1 with a
-# narrow attention branch (a `speclib.train` preset away) is the next experiment.
+# What this comparison cannot say. The models are tiny, trained on 1.84M tokens; the component-aware
+# study's are billions of parameters trained on trillions of tokens, and one seed of training per model
+# here gives no spread between runs. The two Falcon-H1 models separate one factor, the width of the
+# attention branch against the SSM branch, at fixed data, tokens and parameter count; scale and the
+# amount of training are not separated.
 
 # %% [markdown]
 # ### This run's steps
@@ -946,10 +946,11 @@ display(study.summary())
 #   c, which the exit leaves almost as it was.
 # * **Perplexity as a predictor.** Section 5 gives the rank correlation and its p-value: read the
 #   teacher-forced panel (many subsets) before the decoding one (few).
-# * **The family, trained alike.** Section 6 repeats the linear-subgraph measurement on a tiny Falcon-H1
-#   trained on the same tokens with the same distillation: its subgraph (every layer's attention branch
-#   off) is not the better draft, unlike the component-aware study's 0.68 against 0.038, and it is no
-#   cheaper; read its last paragraph for what the comparison leaves open.
+# * **The family, trained alike.** Section 6 repeats the linear-subgraph measurement on two tiny
+#   Falcon-H1 models trained on the same tokens with the same distillation, one with attention as wide
+#   as its SSM branch and one with the released models' narrower attention; compare their acceptance
+#   with `hybrid-target`'s before reading the component-aware study's 0.68 against 0.038 as a property
+#   of the family.
 #
 # Caveats: one small model trained on 256-token windows (every context above that is extrapolation, and
 # those above its configured context are reached by raising the limit), one CPU thread, greedy
