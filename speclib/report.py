@@ -206,17 +206,16 @@ def _rows_06() -> list[tuple[str, str, str]]:
     for r in ex.itertuples():
         rows.append((f"self-draft {r.drafter}", f"{r.speedup:.2f}x over AR (95% CI {r.lo:.2f}–{r.hi:.2f}), per-token "
                      f"acceptance {r.token_acceptance:.3f}", "exit.parquet"))
-    if not results.path(f"{nb}/families").is_file():
-        return [(m, v, f"`data/results/{nb}/{f}`") for m, v, f in rows]
-    fam, fruns = results.load(f"{nb}/families"), results.load(f"{nb}/family_runs")
-    for r in fam.itertuples():
-        rows.append((f"linear subgraph of {r.model} ({r.architecture}), teacher-forced on held-out windows",
-                     f"greedy agreement {r.tf_acceptance_t0:.3f}, Σ min(p, q) {r.tf_acceptance_t1:.3f}; loss "
-                     f"{r.loss_full:.3f} → {r.loss_linear:.3f} nats; c = {r.c:.2f}", "families.parquet"))
-    for r in fruns[fruns.k == (2 if (fruns.k == 2).any() else fruns.k.min())].itertuples():   # the study's k
-        rows.append((f"greedy SD on {r.model} drafted by its linear subgraph, k = {r.k}, 128-token prompts",
-                     f"acceptance rate {r.acceptance:.3f} (per token {r.token_acceptance:.3f}); {r.speedup:.2f}x over AR "
-                     f"(95% CI {r.lo:.2f}–{r.hi:.2f}); identical to AR {r.identical} / {r.runs}", "family_runs.parquet"))
+    if results.path(f"{nb}/families").is_file():         # section 6: other hybrid families
+        fam, fruns = results.load(f"{nb}/families"), results.load(f"{nb}/family_runs")
+        for r in fam.itertuples():
+            rows.append((f"linear subgraph of {r.model} ({r.architecture}), teacher-forced on held-out windows",
+                         f"greedy agreement {r.tf_acceptance_t0:.3f}, Σ min(p, q) {r.tf_acceptance_t1:.3f}; loss "
+                         f"{r.loss_full:.3f} → {r.loss_linear:.3f} nats; c = {r.c:.2f}", "families.parquet"))
+        for r in fruns[fruns.k == (2 if (fruns.k == 2).any() else fruns.k.min())].itertuples():   # the study's k
+            rows.append((f"greedy SD on {r.model} drafted by its linear subgraph, k = {r.k}, 128-token prompts",
+                         f"acceptance rate {r.acceptance:.3f} (per token {r.token_acceptance:.3f}); {r.speedup:.2f}x over "
+                         f"AR (95% CI {r.lo:.2f}–{r.hi:.2f}); identical to AR {r.identical} / {r.runs}", "family_runs.parquet"))
     return [(m, v, f"`data/results/{nb}/{f}`") for m, v, f in rows]
 
 
