@@ -125,6 +125,9 @@ def load_head(name_or_path, device="cpu", dtype=torch.float32) -> FeatureHead:
     from safetensors.torch import load_file
     shipped = heads()
     folder = CHECKPOINTS / name_or_path if name_or_path in shipped else Path(name_or_path)
+    if name_or_path in shipped:
+        from .loading import OPENED
+        OPENED.add(name_or_path)
     if not (folder / WEIGHTS).exists():
         raise ValueError(f"unknown head {name_or_path!r}: not a shipped head {shipped}, nor a folder with {WEIGHTS} "
                          f"(train one: python -m speclib.train head TARGET)")

@@ -16,6 +16,9 @@ from .stateful import UNSUPPORTED, StatefulLM, is_stateful
 HYBRID_TYPES = ("qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text", "qwen3_next")
 
 
+OPENED: set[str] = set()       # shipped checkpoints loaded by name in this process (a step's provenance)
+
+
 def load(name_or_path: str, device: str = "auto", dtype: torch.dtype | None = None, impl: str = "fast",
          backend: str = "torch") -> LM:
     """A shipped checkpoint name (see `checkpoints()`), a local HF folder, or (online) an HF hub id.
@@ -50,6 +53,7 @@ def load(name_or_path: str, device: str = "auto", dtype: torch.dtype | None = No
     shipped = checkpoints()
     if name_or_path in shipped:
         path = CHECKPOINTS / name_or_path
+        OPENED.add(name_or_path)
     elif Path(name_or_path).is_dir():
         path = Path(name_or_path)
     elif "/" in str(name_or_path) and not str(name_or_path).startswith((".", "/")):

@@ -3,7 +3,8 @@
 A notebook calls `save(df, "01_baseline/speed")`, which writes
 `data/results/01_baseline/speed.parquet`, and `load("01_baseline/speed")` reads it back. Writes are
 atomic (temp file in the same folder, then `os.replace`), so a crashed run never leaves a
-half-written file. Each row gets the `git_sha` of the checkout that produced it; no timestamp is
+half-written file. Each row gets the `git_sha` of the code that produced it (the commit a notebook's kernel loaded:
+`speclib.provenance.run_sha`); no timestamp is
 added, so a re-run with the same numbers gives the same file.
 
 The default root, `root()`, is read when a function is called (nothing happens on import):
@@ -77,7 +78,8 @@ def save(df: pd.DataFrame, name: str, root: str | Path | None = None, metadata: 
     if not isinstance(df, pd.DataFrame):
         raise TypeError(f"df must be a pandas DataFrame, got {type(df).__name__}")
     out = path(name, root)
-    df = df.assign(git_sha=git_sha())
+    from .provenance import run_sha
+    df = df.assign(git_sha=run_sha())
     out.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.stem}.", suffix=".tmp")
     os.close(fd)

@@ -25,7 +25,7 @@ from scipy import stats as _sps
 
 __all__ = [
     "Chi2Result", "IdentityResult", "pooled_table", "chi2_two_sample", "null_calibration",
-    "greedy_identity", "bootstrap_ci", "bootstrap_ratio_ci", "PermutationResult", "run_permutation_test",
+    "greedy_identity", "bootstrap_ci", "bootstrap_ratio_ci", "paired_difference_ci", "PermutationResult", "run_permutation_test",
 ]
 
 
@@ -300,3 +300,22 @@ def bootstrap_ratio_ci(num: Sequence[float], den: Sequence[float],
         iy = ix if paired else rng.integers(0, y.size, y.size)
         boot[i] = stat(x[ix]) / stat(y[iy])
     return (float(stat(x) / d), *_interval(boot, level))
+
+
+def paired_difference_ci(a, b, n_boot: int = 2000, level: float = 0.95,
+                         seed: int = 0) -> tuple[float, float, float]:
+    """Percentile bootstrap of rate(a) - rate(b) for two methods measured on the same units (prompts,
+    windows), resampling units, the same indices on both sides. Each side holds per-unit columns
+    `num` and `den` (for a pooled rate sum(num) / sum(den), e.g. accepted / drafted per prompt; use
+    den = 1 for a plain mean). Returns (estimate, lo, hi); an interval that holds 0 means the data
+    cannot order the two."""
+    an, ad, bn, bd = (_sample(np.asarray(x[c], dtype=float), f"{name}[{c!r}]")
+                      for x, name in ((a, "a"), (b, "b")) for c in ("num", "den"))
+    if not (an.size == ad.size == bn.size == bd.size):
+        raise ValueError(f"a and b must hold the same units, got {an.size} and {bn.size}")
+    _check_boot(n_boot, level)
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, an.size, (int(n_boot), an.size))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        boot = an[idx].sum(1) / ad[idx].sum(1) - bn[idx].sum(1) / bd[idx].sum(1)
+    return (float(an.sum() / ad.sum() - bn.sum() / bd.sum()), *_interval(boot[np.isfinite(boot)], level))

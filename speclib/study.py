@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import inspect
 import json
 import os
 import subprocess
@@ -43,7 +44,7 @@ from typing import Callable
 import pandas as pd
 import pyarrow.parquet as pq
 
-from . import results
+from . import provenance, results
 from .device import REPO
 
 MODES = ("auto", "recompute", "reuse")
@@ -51,7 +52,7 @@ CONTROL = ("RESULTS", "PUBLISH")        # parameters that choose how a run is st
 META_KEY = "speclib.step"               # parquet metadata key holding the producing step's run id
 MANIFEST = ".step.json"
 
-__all__ = ["MODES", "Study", "notebook_defaults", "StepMismatch", "broken_steps"]
+__all__ = ["MODES", "Study", "notebook_defaults", "StepMismatch", "broken_steps", "stale_steps"]
 
 
 _routed: str | None = None               # the SPECLIB_OUT a Study set for an unpublished run in this process
@@ -85,27 +86,22 @@ def _plain(value):
     return json.loads(json.dumps(value, sort_keys=True, default=str))
 
 
-def _provenance() -> dict:
-    """Where a step was computed: git commit of the checkout, whether it had uncommitted changes
-    (None when unknown), and the machine (platform, CPUs this process may use, torch version)."""
+def _machine() -> dict:
+    """The machine a step ran on: platform, CPUs this process may use, torch version, GPU."""
     import platform
 
     import torch
     from .device import cpu_count
-    machine = dict(platform=platform.platform(), cpus=cpu_count(), torch=torch.__version__,
-                   gpu=torch.cuda.get_device_name() if torch.cuda.is_available() else None)
-    return dict(**_code_version(), machine=machine)
+    return dict(platform=platform.platform(), cpus=cpu_count(), torch=torch.__version__,
+                gpu=torch.cuda.get_device_name() if torch.cuda.is_available() else None)
 
 
-def _code_version() -> dict:
-    """Git commit of the checkout and whether it had uncommitted changes (None when unknown)."""
+def _source_hash(fn) -> str | None:
+    """sha1 of a step function's source text (None when Python cannot find it)."""
     try:
-        out = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO, check=True,
-                             capture_output=True, text=True, timeout=results.GIT_TIMEOUT_S).stdout
-        dirty = bool(out.strip())
-    except (OSError, subprocess.SubprocessError):
-        dirty = None
-    return dict(git_sha=results.git_sha(), dirty=dirty)
+        return hashlib.sha1(inspect.getsource(fn).encode()).hexdigest()[:12]
+    except (OSError, TypeError):
+        return None
 
 
 def _differences(saved: dict, now: dict) -> dict:
@@ -124,13 +120,23 @@ class Study:
     every step depends on besides its parameters (SMOKE, so that a smoke run never reuses a full
     run's steps nor the other way round). The machine is not compared: a reader's run in "auto"
     reads the committed results, measured where the manifest's `machine` says. `defaults` (tests,
-    scripts) replaces reading the parameters cell of `notebooks/<notebook>.ipynb`."""
+    scripts) replaces reading the parameters cell of `notebooks/<notebook>.ipynb`.
+
+    `calibrate` (the target LM, or a function returning milliseconds) is timed before and after
+    every computed step (`provenance.Calibration`: the target's one-token pass), and the manifest
+    keeps both, so results from a faster or slower host, or one that slowed down mid-step, show.
+    A reused step whose code or checkpoints changed since it ran (`provenance.check`) is reported
+    with a visible note and logged as "reused (stale)"."""
 
     def __init__(self, notebook: str, namespace: dict, mode: str = "auto", publish: bool = False,
-                 always: dict | None = None, defaults: dict | None = None):
+                 always: dict | None = None, defaults: dict | None = None, calibrate=None):
         if mode not in MODES:
             raise ValueError(f"mode (RESULTS) must be one of {MODES}, got {mode!r}")
-        self.notebook, self.mode = notebook, mode
+        if calibrate is not None and not callable(calibrate):
+            calibrate = provenance.Calibration(calibrate)        # an LM: time its one-token pass
+        self.notebook, self.mode, self.calibrate = notebook, mode, calibrate
+        self.code = provenance.loaded_code()                 # the code this kernel imported
+        provenance.module_fingerprints()                     # hash what is loaded now, before any later edit
         defaults = notebook_defaults(REPO / "notebooks" / f"{notebook}.ipynb") if defaults is None else defaults
         missing = [k for k in defaults if k not in namespace]
         if missing:
@@ -220,8 +226,17 @@ class Study:
         if self.mode != "recompute":
             tables, info = self._read(name, used)
             if tables is not None:
-                self.log.append(dict(step=name, action="reused", seconds=0.0, computed_s=info["seconds"],
-                                     git_sha=info["git_sha"]))
+                state = provenance.check(info)
+                src = _source_hash(compute)
+                if state["status"] == "current" and info.get("step_source") and src and src != info["step_source"]:
+                    state = dict(status="stale", reasons=[f"the step's function in the notebook changed"])
+                action = "reused" if state["status"] == "current" else f"reused ({state['status']})"
+                if action != "reused":
+                    print(f"NOTE: step {name!r} reused from commit {info['git_sha']}, "
+                          f"{'provenance unknown' if state['status'] == 'unknown' else 'STALE'}: "
+                          + "; ".join(state["reasons"]) + ". Recompute it with RESULTS='recompute'.", flush=True)
+                self.log.append(dict(step=name, action=action, seconds=0.0, computed_s=info["seconds"],
+                                     git_sha=info["git_sha"], note="; ".join(state["reasons"])))
                 return tables[name] if info["single"] else tables
             if self.mode == "reuse":
                 detail = ("no saved results" if info is None else "saved with other parameters: " +
@@ -231,9 +246,11 @@ class Study:
         adoptions = _adoptions()
         if name in adoptions:
             return self._adopt(name, used, adoptions[name])
+        calib_before = self.calibrate() if self.calibrate else None
         t0 = time.perf_counter()
         out = compute()
         seconds = time.perf_counter() - t0
+        calib_after = self.calibrate() if self.calibrate else None
         single = isinstance(out, pd.DataFrame)
         tables = {name: out} if single else out
         if not isinstance(tables, dict) or not tables or not all(isinstance(v, pd.DataFrame) for v in tables.values()):
@@ -244,11 +261,18 @@ class Study:
         for t in sorted(tables):
             digest.update(t.encode() + tables[t].to_parquet())
         man = dict(notebook=self.notebook, step=name, params=used, notebook_params=self.params, tables=sorted(tables),
-                   single=single, seconds=round(seconds, 3), run_id=digest.hexdigest()[:16], **_provenance())
+                   single=single, seconds=round(seconds, 3), run_id=digest.hexdigest()[:16], **self.code,
+                   machine=_machine(), modules=provenance.module_fingerprints(),
+                   checkpoints=provenance.checkpoint_hashes(provenance.named_checkpoints(used)),
+                   step_source=_source_hash(compute),
+                   calibration=None if calib_before is None else dict(
+                       t1_ms_before=round(calib_before, 3), t1_ms_after=round(calib_after, 3)))
         for t, df in tables.items():
             results.save(df, f"{self.notebook}/{t}", metadata={META_KEY: man["run_id"]})
         self._write_manifest(results.root(), name, man)
-        self.log.append(dict(step=name, action="computed", seconds=seconds, computed_s=seconds, git_sha=man["git_sha"]))
+        self.log.append(dict(step=name, action="computed", seconds=seconds, computed_s=seconds, git_sha=man["git_sha"],
+                             note="" if calib_before is None else
+                             f"target T(1) {calib_before:.1f} ms before, {calib_after:.1f} ms after"))
         back = {t: results.load(f"{self.notebook}/{t}") for t in tables}
         return back[name] if single else back
 
@@ -272,7 +296,8 @@ class Study:
             pq.write_table(table, tmp)
             os.replace(tmp, p)
         self._write_manifest(root, name, man)
-        self.log.append(dict(step=name, action="adopted", seconds=0.0, computed_s=None, git_sha=man["git_sha"]))
+        self.log.append(dict(step=name, action="adopted", seconds=0.0, computed_s=None, git_sha=man["git_sha"],
+                             note="tables saved before results modes existed; code version unknown"))
         tables, _ = self._read(name, used)
         return tables[name] if man["single"] else tables
 
@@ -283,8 +308,10 @@ class Study:
         os.replace(tmp, mp)                     # written last: a crash before it leaves no claimable step
 
     def summary(self) -> pd.DataFrame:
-        """One row per step of this run: computed or reused, seconds now, seconds when computed."""
-        return pd.DataFrame(self.log, columns=["step", "action", "seconds", "computed_s", "git_sha"])
+        """One row per step of this run: computed, reused, "reused (stale)" or "reused (unknown)" (see
+        `provenance.check`), seconds now, seconds when computed, commit, and a note (the calibration
+        of a computed step, the reasons a reused one is stale)."""
+        return pd.DataFrame(self.log, columns=["step", "action", "seconds", "computed_s", "git_sha", "note"])
 
 
 def broken_steps(root: str | Path) -> list[str]:
@@ -303,6 +330,42 @@ def broken_steps(root: str | Path) -> list[str]:
     return out
 
 
+def stale_steps(root: str | Path | None = None) -> pd.DataFrame:
+    """Every saved step under `root` (default: the committed data/results) with its provenance
+    status against the checkout now (`provenance.check`): one row per step, with the commit it ran
+    at, its calibration (the target's one-token pass before/after, ms) and the reasons."""
+    rows = []
+    for mp in sorted(Path(root or REPO / "data" / "results").glob(f"*/*{MANIFEST}")):
+        man = json.loads(mp.read_text())
+        state = provenance.check(man)
+        cal = man.get("calibration") or {}
+        rows.append(dict(notebook=mp.parent.name, step=man["step"], status=state["status"], git_sha=man.get("git_sha"),
+                         dirty=man.get("dirty"), seconds=man.get("seconds"), t1_ms_before=cal.get("t1_ms_before"),
+                         t1_ms_after=cal.get("t1_ms_after"), reasons="; ".join(state["reasons"])))
+    return pd.DataFrame(rows, columns=["notebook", "step", "status", "git_sha", "dirty", "seconds", "t1_ms_before",
+                                       "t1_ms_after", "reasons"])
+
+
+def main(argv=None) -> int:
+    import argparse
+    ap = argparse.ArgumentParser(prog="python -m speclib.study", description="Provenance of saved steps.")
+    ap.add_argument("command", choices=["stale", "list"], help="stale: steps whose code or checkpoints changed since "
+                    "they ran, or whose provenance is unknown; list: every step")
+    ap.add_argument("--root", type=Path, default=None, help="results folder (default data/results)")
+    a = ap.parse_args(argv)
+    df = stale_steps(a.root)
+    if a.command == "stale":
+        df = df[df.status != "current"]
+    for r in df.itertuples():
+        cal = "" if r.t1_ms_before is None or r.t1_ms_before != r.t1_ms_before else \
+            f", target T(1) {r.t1_ms_before:.1f}/{r.t1_ms_after:.1f} ms before/after"
+        print(f"{r.notebook}/{r.step}: {r.status} (commit {r.git_sha}{', dirty' if r.dirty else ''}{cal})"
+              + (f": {r.reasons}" if r.reasons else ""))
+    if not len(df):
+        print("every saved step is current")
+    return 0
+
+
 def _adoptions() -> dict[str, list[str] | None]:
     """$SPECLIB_ADOPT, "step;step=table,table": a migration aid for results computed before
     their notebook was split into steps. A named step that has no saved copy with this run's
@@ -316,3 +379,7 @@ def _adoptions() -> dict[str, list[str] | None]:
         step, eq, tables = part.partition("=")       # "step" alone: the step returns one table named like it
         out[step.strip()] = [t.strip() for t in tables.split(",") if t.strip()] if eq else None
     return out
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from speclib import plotting, results, study
+from speclib import lm as lm_module, plotting, provenance, results, study
 from speclib.device import REPO
 from speclib.study import Study, StepMismatch
 
@@ -223,3 +223,89 @@ def test_broken_steps_names_an_overwritten_table(tmp_path, monkeypatch):
     assert study.broken_steps(tmp_path / "results") == []
     results.save(pd.DataFrame(dict(x=[3])), "99_test/runs")            # a summary under the step's name
     assert [b.split(":")[0] for b in study.broken_steps(tmp_path / "results")] == ["99_test/runs"]
+
+
+# --- provenance: what a step ran with, and whether that has changed since ---------------------------------
+def test_manifest_records_loaded_code_modules_checkpoints_and_calibration(out):
+    ns = dict(DEFAULTS, N="code-draft")                      # a parameter naming a shipped checkpoint
+    times = iter([10.0, 12.5])
+    s = Study("99_test", ns, defaults=DEFAULTS, calibrate=lambda: next(times))
+    s.step("named", lambda: pd.DataFrame({"a": [1]}), uses=["N"])
+    man = json.loads((out / "results" / "99_test" / "named.step.json").read_text())
+    assert man["calibration"] == {"t1_ms_before": 10.0, "t1_ms_after": 12.5}
+    assert man["modules"]["speclib/study.py"] == provenance._sha1(REPO / "speclib" / "study.py")
+    assert "code-draft" in man["checkpoints"] and len(man["checkpoints"]["code-draft"]) == 16
+    assert man["git_sha"] == provenance.loaded_code()["git_sha"] and man["step_source"]
+    assert "12.5 ms after" in s.summary().note.iloc[0]
+
+
+def _edit_manifest(out, name, **changes):
+    mp = out / "results" / "99_test" / f"{name}.step.json"
+    man = json.loads(mp.read_text())
+    for k, v in changes.items():
+        if v is None:
+            man.pop(k)
+        elif isinstance(v, dict):
+            man[k] = {**man[k], **v}
+        else:
+            man[k] = v
+    mp.write_text(json.dumps(man))
+
+
+def test_a_reused_step_whose_code_changed_is_flagged_stale_and_listed(out, capsys):
+    ns = dict(DEFAULTS)
+    run(ns)
+    s, _, _ = run(ns)
+    assert s.summary().action.tolist() == ["reused"]          # negative control: nothing changed, nothing flagged
+    assert study.stale_steps(out / "results").status.tolist() == ["current"]
+    _edit_manifest(out, "sample", modules={"speclib/study.py": "0" * 12})
+    s, _, c = run(ns)
+    assert c.calls == 0 and s.summary().action.tolist() == ["reused (stale)"]
+    assert "speclib/study.py changed" in capsys.readouterr().out
+    st = study.stale_steps(out / "results")
+    assert st.status.tolist() == ["stale"] and "speclib/study.py changed" in st.reasons.iloc[0]
+
+
+def test_a_changed_step_function_or_checkpoint_is_stale(out, tmp_path, monkeypatch):
+    ns = dict(DEFAULTS)
+    s = Study("99_test", ns, defaults=DEFAULTS)
+    s.step("f", lambda: pd.DataFrame({"a": [1]}), uses=["N"])
+    s = Study("99_test", ns, defaults=DEFAULTS)
+    s.step("f", lambda: pd.DataFrame({"a": [2]}), uses=["N"])   # another function, same parameters
+    assert s.summary().action.tolist() == ["reused (stale)"]
+    ck = tmp_path / "ckpts" / "tiny"
+    ck.mkdir(parents=True)
+    (ck / "model.safetensors").write_bytes(b"one")
+    monkeypatch.setattr(lm_module, "CHECKPOINTS", tmp_path / "ckpts")
+    _edit_manifest(out, "f", checkpoints={"tiny": provenance.checkpoint_hash(ck)})
+    assert study.stale_steps(out / "results").status.tolist() == ["current"]
+    (ck / "model.safetensors").write_bytes(b"two")
+    st = study.stale_steps(out / "results")
+    assert st.status.tolist() == ["stale"] and "checkpoint tiny changed" in st.reasons.iloc[0]
+
+
+def test_a_manifest_without_fingerprints_has_unknown_provenance(out):
+    run(dict(DEFAULTS))
+    _edit_manifest(out, "sample", modules=None, checkpoints=None, git_sha="unknown")
+    st = study.stale_steps(out / "results")
+    assert st.status.tolist() == ["unknown"] and "before code fingerprints existed" in st.reasons.iloc[0]
+    s, _, _ = run(dict(DEFAULTS))
+    assert s.summary().action.tolist() == ["reused (unknown)"]
+
+
+def test_dirty_ignores_the_runs_own_outputs(tmp_path, monkeypatch):
+    import subprocess
+    git = lambda *a: subprocess.run(["git", *a], cwd=tmp_path, check=True, capture_output=True)
+    git("init", "-q")
+    for f in ["speclib/x.py", "data/results/01/t.parquet", "figures/f.png", "README.md"]:
+        (tmp_path / f).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / f).write_text("a")
+    git("add", ".")
+    git("-c", "user.email=a@b", "-c", "user.name=a", "commit", "-qm", "x")
+    monkeypatch.setattr(provenance, "REPO", tmp_path)
+    for f in ["data/results/01/t.parquet", "figures/f.png", "README.md"]:
+        (tmp_path / f).write_text("b")
+    assert provenance.code_state()["dirty"] is False
+    (tmp_path / "speclib/x.py").write_text("b")
+    state = provenance.code_state()
+    assert state["dirty"] is True and state["dirty_files"] == ["speclib/x.py"]

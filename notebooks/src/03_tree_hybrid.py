@@ -140,7 +140,7 @@ half = max(1, N_PROMPTS // 2)
 prompt_rows = data.load_workload("code_stdlib", half) + data.load_workload("code_humaneval", N_PROMPTS - half)
 prompts = [target.encode(r["prompt"]) for r in prompt_rows]
 meta = dict(seed=SEED, device=dev, target=TARGET, draft=DRAFT, threads=threads, smoke=SMOKE)
-study = Study(NB, globals(), mode=RESULTS, publish=PUBLISH, always=dict(SMOKE=SMOKE))
+study = Study(NB, globals(), mode=RESULTS, publish=PUBLISH, always=dict(SMOKE=SMOKE), calibrate=target)  # target T(1) before/after each step
 print(f"results mode {RESULTS!r}: this run {study.where()}")
 gdn = [l.linear_attn for l, g in zip(target.text.layers, target.is_gdn) if g]
 H, DK, DV = gdn[0].num_v_heads, gdn[0].head_k_dim, gdn[0].head_v_dim

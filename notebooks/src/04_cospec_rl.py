@@ -123,7 +123,7 @@ meta = dict(seed=SEED, device=dev, target=TARGET, draft=DRAFT, k=K, smoke=SMOKE)
 splits = {"train": data.math_problems("train", max(N_LABEL, 4000)), "validation": data.math_problems("validation", N_VAL),
           "test": data.math_problems("test", N_TEST)}
 ids = {s: [target.encode(p["question"]) for p in ps] for s, ps in splits.items()}
-study = Study(NB, globals(), mode=RESULTS, publish=PUBLISH, always=dict(SMOKE=SMOKE))
+study = Study(NB, globals(), mode=RESULTS, publish=PUBLISH, always=dict(SMOKE=SMOKE), calibrate=target)  # target T(1) before/after each step
 SOLVE = ["TARGET", "DRAFT", "K", "MAX_NEW_TOKENS"]      # what every decoding of the problems depends on
 
 
