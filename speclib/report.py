@@ -4,6 +4,7 @@
 """
 from __future__ import annotations
 
+import math
 import re
 
 import numpy as np
@@ -15,6 +16,15 @@ from .device import REPO
 README = REPO / "README.md"
 
 
+def ci(lo: float, hi: float, digits: int = 2) -> str:
+    """An interval rounded outward ("0.99–1.35" for 0.996–1.342), so a bound never reads as if it
+    cleared a threshold (1, say) that it does not clear; "n/a" when it was not computed."""
+    if not (lo == lo and hi == hi):
+        return "n/a"
+    f = 10 ** digits
+    return f"{math.floor(lo * f + 1e-9) / f:.{digits}f}–{math.ceil(hi * f - 1e-9) / f:.{digits}f}"
+
+
 def _rows_01() -> list[tuple[str, str, str]]:
     sp, chi = results.load("01_baseline/speedup"), results.load("01_baseline/chi2")
     ident, hf = results.load("01_baseline/identity"), results.load("01_baseline/assisted_ratio")
@@ -23,8 +33,8 @@ def _rows_01() -> list[tuple[str, str, str]]:
     for mode in ["greedy", "temperature 1"]:
         b = rep[(rep["mode"] == mode) & rep.chosen].iloc[0]
         rows.append((f"speedup over AR, {mode}, K chosen on pilot prompts",
-                     f"**{b.speedup:.2f}x** at K = {int(b.K)} (95% CI {b.lo:.2f}–{b.hi:.2f}; total time {b.total_ratio:.2f}x; "
-                     f"single rounds {b.spread_lo:.2f}–{b.spread_hi:.2f}); analytic {b.predicted:.2f}x; acceptance rate "
+                     f"**{b.speedup:.2f}x** at K = {int(b.K)} (95% CI {ci(b.lo, b.hi)}; total time {b.total_ratio:.2f}x; "
+                     f"single rounds {ci(b.spread_lo, b.spread_hi)}); analytic {b.predicted:.2f}x; acceptance rate "
                      f"{b.acceptance:.3f} (per token {b.token_acceptance:.3f}), {b.tokens_per_call:.2f} tokens/call; "
                      f"in-loop c = {b.c:.3f}, v(K) = {b.v:.2f}", "speedup.parquet"))
     g = rep[rep["mode"] == "greedy"].set_index("K").sort_index()
@@ -40,7 +50,7 @@ def _rows_01() -> list[tuple[str, str, str]]:
     k = int(rep[(rep["mode"] == "greedy") & rep.chosen].K.iloc[0])
     h = hf.set_index("K").loc[k]
     rows.append((f"speclib vs transformers assisted generation, K = {k}",
-                 f"{h.speedup:.2f}x as fast (95% CI {h.lo:.2f}–{h.hi:.2f})", "assisted_ratio.parquet"))
+                 f"{h.speedup:.2f}x as fast (95% CI {ci(h.lo, h.hi)})", "assisted_ratio.parquet"))
     if results.path("01_baseline/head_speedup").is_file():
         hs = results.load("01_baseline/head_speedup")
         rep = hs[(hs.split == "report") & (hs["mode"] == "greedy")].set_index("method")
@@ -48,7 +58,7 @@ def _rows_01() -> list[tuple[str, str, str]]:
         for m in [chosen] + [x for x in rep.index if x.startswith("separate")]:
             r = rep.loc[m]
             rows.append((f"greedy SD, {m}" + (" (feature head, chosen on pilot prompts)" if m == chosen else ""),
-                         f"**{r.speedup:.2f}x** over AR (95% CI {r.lo:.2f}–{r.hi:.2f}{_total(r)}); per-token acceptance "
+                         f"**{r.speedup:.2f}x** over AR (95% CI {ci(r.lo, r.hi)}{_total(r)}); per-token acceptance "
                          f"{r.token_acceptance:.3f}, {r.tokens_per_call:.2f} tokens/call, in-loop c = {r.c:.3f}, v = {r.v:.2f}; "
                          f"identical to AR {r.identical} / {r.runs}", "head_speedup.parquet"))
     if results.path("01_baseline/head_ceiling").is_file():
@@ -86,20 +96,20 @@ def _rows_03() -> list[tuple[str, str, str]]:
                  f"slower, branch-by-branch replay {v['replay'] / v['closed_form']:.1f}x slower", "verify.parquet"))
     for _, r in dec[dec.method != "AR"].iterrows():
         rows.append((f"greedy decoding on hybrid-target, {r.method}, batch {r.batch}",
-                     f"**{r.speedup:.2f}x** over AR" + (f" (95% CI {r.lo:.2f}–{r.hi:.2f}{_total(r)})" if r.lo == r.lo else "")
+                     f"**{r.speedup:.2f}x** over AR" + (f" (95% CI {ci(r.lo, r.hi)}{_total(r)})" if r.lo == r.lo else "")
                      + f", {r.tokens_per_call:.2f} tokens/call; identical to AR {r.identical} / {r.of}"
-                     + (f"; {r.vs_chain:.2f}x chain SD's speed (paired, CI {r.vs_chain_lo:.2f}–{r.vs_chain_hi:.2f}"
+                     + (f"; {r.vs_chain:.2f}x chain SD's speed (paired, CI {ci(r.vs_chain_lo, r.vs_chain_hi)}"
                         f"{_total(r, 'vs_chain_total')})" if not np.isnan(r.get("vs_chain", np.nan)) else ""),
                      "decode.parquet"))
     if results.path(f"{nb}/head_summary").is_file():
         hd = results.load(f"{nb}/head_summary").set_index("method")
         for m, r in hd.iterrows():
             rows.append((f"greedy decoding on hybrid-target, feature {m}",
-                         f"**{r.speedup:.2f}x** over AR (95% CI {r.lo:.2f}–{r.hi:.2f}{_total(r)}), {r.tokens_per_call:.2f} "
+                         f"**{r.speedup:.2f}x** over AR (95% CI {ci(r.lo, r.hi)}{_total(r)}), {r.tokens_per_call:.2f} "
                          f"tokens/call; identical to AR {r.identical} / {r.runs}", "head_summary.parquet"))
         r = hd.iloc[0]
         rows.append(("feature head on hybrid-target: tree over chain, paired per prompt",
-                     f"{r.tree_vs_chain:.2f}x (95% CI {r.tree_vs_chain_lo:.2f}–{r.tree_vs_chain_hi:.2f})", "head_summary.parquet"))
+                     f"{r.tree_vs_chain:.2f}x (95% CI {ci(r.tree_vs_chain_lo, r.tree_vs_chain_hi)})", "head_summary.parquet"))
     k2 = sel[sel.k == (2 if 2 in set(sel.k) else sel.k.max())]
     s_self = k2[k2.drafter.str.startswith("self")].iloc[0]
     s_sep = k2[~k2.drafter.str.startswith("self")].iloc[0]
@@ -121,16 +131,18 @@ def _rows_02() -> list[tuple[str, str, str]]:
         if pol not in pooled.index:
             continue
         r = pooled.loc[pol]
-        paired = (f"; {r.vs_best_single:.2f}x {r.best_single} paired per prompt (CI {r.vs_lo:.2f}–{r.vs_hi:.2f})"
+        paired = (f"; {r.vs_best_single:.2f}x {r.best_single} paired per prompt (CI {ci(r.vs_lo, r.vs_hi)})"
                   if "vs_best_single" in r and pol != r.best_single else "")
-        hvd = (f"; HVD {r.hvd_over:.2f}x its speed paired per prompt (CI {r.hvd_over_lo:.2f}–{r.hvd_over_hi:.2f})"
+        hvd = (f"; HVD {r.hvd_over:.2f}x its speed paired per prompt (CI {ci(r.hvd_over_lo, r.hvd_over_hi)})"
                if r.get("hvd_over", np.nan) == r.get("hvd_over", np.nan) else "")
         rows.append((f"agentic workloads pooled, {pol}",
-                     f"**{r.speedup:.2f}x** over AR (95% CI {r.lo:.2f}–{r.hi:.2f}{_total(r)}){paired}{hvd}",
+                     f"**{r.speedup:.2f}x** over AR (95% CI {ci(r.lo, r.hi)}{_total(r)}){paired}{hvd}",
                      "agentic_pooled.parquet"))
+        if pol == "HVD (ours)":
+            rows += _hvd_repeats(nb)
     for w, g in speed[speed.policy == "HVD (ours)"].groupby("workload", sort=False):
         r = g.iloc[0]
-        rows.append((f"{w}, HVD (ours)", f"{r.speedup:.2f}x over AR (95% CI {r.lo:.2f}–{r.hi:.2f}{_total(r)}), "
+        rows.append((f"{w}, HVD (ours)", f"{r.speedup:.2f}x over AR (95% CI {ci(r.lo, r.hi)}{_total(r)}), "
                      f"{r.tokens_per_call:.2f} tokens/call, cache chosen at "
                      f"{r.cache_share:.0%} of steps; identical to AR {r.identical} / {r.of}", "speedup.parquet"))
     if results.path(f"{nb}/head_policies").is_file():
@@ -139,8 +151,8 @@ def _rows_02() -> list[tuple[str, str, str]]:
             g = g.set_index("method")
             r, a = g.loc["HVD (feature head) / feature head"], g.loc["feature head"]
             rows.append((f"{w}, HVD with the feature head vs the feature head alone",
-                         f"**{r.speedup:.2f}x** paired per prompt (95% CI {r.lo:.2f}–{r.hi:.2f}{_total(r)}); the head alone "
-                         f"{a.speedup:.2f}x over AR (CI {a.lo:.2f}–{a.hi:.2f}), HVD with it "
+                         f"**{r.speedup:.2f}x** paired per prompt (95% CI {ci(r.lo, r.hi)}{_total(r)}); the head alone "
+                         f"{a.speedup:.2f}x over AR (CI {ci(a.lo, a.hi)}), HVD with it "
                          f"{g.loc['HVD (feature head)', 'speedup']:.2f}x", "head_policies.parquet"))
     p = pred.set_index("estimator")
     rows.append(("payoff predictor on unseen prompts", f"Spearman {p.spearman.iloc[0]:.2f}, MAE {p.mae.iloc[0]:.2f} tokens "
@@ -149,12 +161,37 @@ def _rows_02() -> list[tuple[str, str, str]]:
     return [(m, v, f"`data/results/{nb}/{f}`") for m, v, f in rows]
 
 
+def _step_calibration(nb: str, step: str) -> str:
+    """", target T(1) a → b ms during the run" from a step's manifest, or a note that it was not recorded."""
+    import json
+    mp = results.root() / nb / f"{step}.step.json"
+    cal = json.loads(mp.read_text()).get("calibration") if mp.is_file() else None
+    return (f"target T(1) {cal['t1_ms_before']:.1f} → {cal['t1_ms_after']:.1f} ms over the run" if cal else
+            "machine speed not recorded")
+
+
+def _hvd_repeats(nb: str) -> list[tuple[str, str, str]]:
+    """HVD with the separate draft is run twice on the same agentic prompts: in the policy comparison
+    (step `policies`) and beside the feature head (step `head_policies`). Both, never only the faster."""
+    from .bench import speedup
+    runs, head = results.load(f"{nb}/runs"), results.load(f"{nb}/head_runs")
+    out = []
+    for step, frame, method in [("policies", runs, "HVD (ours)"), ("head_policies", head, "HVD (separate draft)")]:
+        f = frame[frame.workload.str.startswith("agentic") & frame.method.isin(["AR", method])]
+        f = f.assign(prompt=f.workload + "/" + f.prompt.astype(str))
+        sp = speedup(f, method, seed=0)
+        out.append(f"{sp['speedup']:.2f}x (CI {ci(sp['lo'], sp['hi'])}; step {step}, commit {f.git_sha.iloc[0]}, "
+                   f"{_step_calibration(nb, step)})")
+    return [("agentic workloads pooled, HVD (ours) with the separate draft: the same configuration run twice on the "
+             "same prompts", " and ".join(out), "runs.parquet, head_runs.parquet")]
+
+
 def _rows_04() -> list[tuple[str, str, str]]:
     nb = "04_cospec_rl"
     m, dis = results.load(f"{nb}/methods").set_index("method"), results.load(f"{nb}/disagreements")
     rows = []
     for name, r in m.iterrows():
-        speed = (f"; **{r.speedup:.2f}x** target AR in wall clock" + (f" (95% CI {r.speed_lo:.2f}–{r.speed_hi:.2f}"
+        speed = (f"; **{r.speedup:.2f}x** target AR in wall clock" + (f" (95% CI {ci(r.speed_lo, r.speed_hi)}"
                  f"{_total(r)})" if name != "target AR" else "") if r.speedup == r.speedup else "")
         calls = f", {r.calls_per_token:.3f} target calls/token" if r.calls_per_token == r.calls_per_token else ""
         diff = "" if name == "target AR" else f", {100 * r.diff_vs_target:+.1f} points vs target AR (CI {100 * r.diff_lo:+.1f} to {100 * r.diff_hi:+.1f})"
@@ -182,7 +219,7 @@ def _rows_05() -> list[tuple[str, str, str]]:
     for r in causes.sort_values("speedup", ascending=False).itertuples():
         verdict = f"decelerates: {r.dominant_cause}" if r.decelerates else f"larger cost term: {r.dominant_cause}"
         rows.append((f"greedy SD, {r.config} (target ← draft), K chosen on pilot prompts",
-                     f"**{r.speedup:.2f}x** at K = {int(r.K)} (95% CI {r.lo:.2f}–{r.hi:.2f}); analytic {r.predicted:.2f}x; "
+                     f"**{r.speedup:.2f}x** at K = {int(r.K)} (95% CI {ci(r.lo, r.hi)}); analytic {r.predicted:.2f}x; "
                      f"α = {r.alpha:.2f}, c = {r.c:.3f}, v(K) = {r.v:.2f}; {verdict}; SD = AR on {r.identical} / {r.of}",
                      "causes.parquet"))
     return [(k, v, f"`data/results/{nb}/{f}`") for k, v, f in rows]
@@ -195,27 +232,35 @@ def _rows_06() -> list[tuple[str, str, str]]:
     rows = []
     sep = ctx.drafter.str.endswith("(separate draft)")
     for (c, how), g in ctx[ctx.timing == "end to end"].groupby(["context", "timing"]):
-        best, other = g[~sep.loc[g.index]].sort_values("speedup").iloc[-1], g[sep.loc[g.index]].iloc[0]
-        rows.append((f"greedy SD on hybrid-target at a {c}-token context, best self-draft ({best.drafter}, k = {int(best.k)})",
-                     f"**{best.speedup:.2f}x** over AR (95% CI {best.lo:.2f}–{best.hi:.2f}), per-token acceptance "
-                     f"{best.token_acceptance:.3f}, c = {best.c:.3f}; separate draft {other.speedup:.2f}x "
-                     f"(CI {other.lo:.2f}–{other.hi:.2f})", "context.parquet"))
+        chosen, other = g[g.chosen_on_pilot].iloc[0], g[sep.loc[g.index]].iloc[0]
+        rows.append((f"greedy SD on hybrid-target at a {c}-token context, the self-draft chosen on pilot prompts "
+                     f"({chosen.drafter}, k = {int(chosen.k)})",
+                     f"**{chosen.speedup:.2f}x** over AR (95% CI {ci(chosen.lo, chosen.hi)}), per-token acceptance "
+                     f"{chosen.token_acceptance:.3f}, c = {chosen.c:.3f}; separate draft {other.speedup:.2f}x "
+                     f"(CI {ci(other.lo, other.hi)})", "context.parquet"))
     for r in corr.itertuples():
         rows.append((f"held-out loss degradation vs acceptance, {r.acceptance}",
-                     f"Spearman ρ = {r.rho:.2f} (p = {r.p:.2g}, n = {r.n})", "perplexity_correlation.parquet"))
+                     f"Spearman ρ = {r.rho:.2f} (n = {r.n}; no p-value: the subsets are neighbours on one search path, "
+                     f"scored on the same windows)", "perplexity_correlation.parquet"))
     for r in ex.itertuples():
-        rows.append((f"self-draft {r.drafter}", f"{r.speedup:.2f}x over AR (95% CI {r.lo:.2f}–{r.hi:.2f}), per-token "
+        rows.append((f"self-draft {r.drafter}", f"{r.speedup:.2f}x over AR (95% CI {ci(r.lo, r.hi)}), per-token "
                      f"acceptance {r.token_acceptance:.3f}", "exit.parquet"))
-    if results.path(f"{nb}/families").is_file():         # section 6: other hybrid families
-        fam, fruns = results.load(f"{nb}/families"), results.load(f"{nb}/family_runs")
-        for r in fam.itertuples():
-            rows.append((f"linear subgraph of {r.model} ({r.architecture}), teacher-forced on held-out windows",
-                         f"greedy agreement {r.tf_acceptance_t0:.3f}, Σ min(p, q) {r.tf_acceptance_t1:.3f}; loss "
-                         f"{r.loss_full:.3f} → {r.loss_linear:.3f} nats; c = {r.c:.2f}", "families.parquet"))
-        for r in fruns[fruns.k == (2 if (fruns.k == 2).any() else fruns.k.min())].itertuples():   # the study's k
-            rows.append((f"greedy SD on {r.model} drafted by its linear subgraph, k = {r.k}, 128-token prompts",
-                         f"acceptance rate {r.acceptance:.3f} (per token {r.token_acceptance:.3f}); {r.speedup:.2f}x over "
-                         f"AR (95% CI {r.lo:.2f}–{r.hi:.2f}); identical to AR {r.identical} / {r.runs}", "family_runs.parquet"))
+    fam, fruns = results.load(f"{nb}/families"), results.load(f"{nb}/family_runs")   # section 6: other hybrid families
+    for r in fam.itertuples():
+        rows.append((f"linear subgraph of {r.model} ({r.architecture}), teacher-forced on held-out windows",
+                     f"greedy agreement {r.tf_acceptance_t0:.3f}, Σ min(p, q) {r.tf_acceptance_t1:.3f}; loss "
+                     f"{r.loss_full:.3f} → {r.loss_linear:.3f} nats; c = {r.c:.2f}", "families.parquet"))
+    k2 = 2 if (fruns.k == 2).any() else int(fruns.k.min())                     # the study's k, fixed in advance
+    for r in fruns[fruns.k == k2].itertuples():
+        rows.append((f"greedy SD on {r.model} drafted by its linear subgraph, k = {r.k}, 128-token prompts",
+                     f"acceptance rate {r.acceptance:.3f} (per token {r.token_acceptance:.3f}); {r.speedup:.2f}x over "
+                     f"AR (95% CI {ci(r.lo, r.hi)}); identical to AR {r.identical} / {r.runs}", "family_runs.parquet"))
+    for r in results.load(f"{nb}/family_pairs").itertuples():
+        rows.append((f"linear subgraphs, {r.a} minus {r.b}, paired (k = {r.k})",
+                     f"acceptance rate {r.acceptance_diff:+.3f} (95% CI {r.acceptance_lo:+.3f} to {r.acceptance_hi:+.3f}), "
+                     f"per token {r.token_acceptance_diff:+.3f} ({r.token_acceptance_lo:+.3f} to {r.token_acceptance_hi:+.3f}); "
+                     f"loss degradation {r.degradation_diff:+.3f} nats ({r.degradation_lo:+.3f} to {r.degradation_hi:+.3f})",
+                     "family_pairs.parquet"))
     return [(m, v, f"`data/results/{nb}/{f}`") for m, v, f in rows]
 
 
@@ -242,8 +287,8 @@ def _rows_sweeps() -> list[tuple[str, str, str]]:
         h = g.loc["HVD (ours)"]
         alone = "; ".join(f"{p} {g.loc[p, 'speedup']:.2f}x" for p in PAIRS_POLICIES[:3] if p in g.index)
         rows.append((f"sweep 02_model_pairs, {pair}: agentic workloads pooled, HVD (ours)",
-                     f"**{h.speedup:.2f}x** over AR (95% CI {h.lo:.2f}–{h.hi:.2f}{_total(h)}); "
-                     f"{h.vs_best_single:.2f}x {h.best_single} paired per prompt (CI {h.vs_lo:.2f}–{h.vs_hi:.2f}); "
+                     f"**{h.speedup:.2f}x** over AR (95% CI {ci(h.lo, h.hi)}{_total(h)}); "
+                     f"{h.vs_best_single:.2f}x {h.best_single} paired per prompt (CI {ci(h.vs_lo, h.vs_hi)}); "
                      f"alone: {alone}; identical to AR {h.identical} / {h.of}",
                      "`data/sweeps/02_model_pairs/tables/02_cache_hybrid/agentic_pooled.parquet`"))
     return rows
@@ -286,10 +331,28 @@ def table() -> str:
     for nb, rows_fn in SECTIONS.items():
         try:
             rows = rows_fn()
-        except ValueError as e:          # results not generated yet
-            lines.append(f"| {nb} | (not run yet: `make figures`) | | {e.__class__.__name__} |")
+        except results.MissingResult as e:          # results not generated yet; any other error is a bug: raise it
+            lines.append(f"| {nb} | (not run yet: `make figures`) | | missing {str(e).split(chr(39))[1]} |")
             continue
         lines += [f"| {nb} | {m} | {v} | {f} |" for m, v, f in rows]
+    return "\n".join(lines)
+
+
+def provenance_table() -> str:
+    """The committed steps' provenance (`speclib.study.stale_steps`) as a markdown table: commit, the
+    target's one-token pass before and after the step, and whether code or checkpoints changed since."""
+    from .study import stale_steps
+    st = stale_steps(REPO / "data" / "results")
+    status = {"current": "current", "stale": "**stale**", "unknown": "unknown (recorded before fingerprints)"}
+    lines = ["| step | ran at commit | target T(1) before → after (ms) | computed in | code and checkpoints since |",
+             "|---|---|---|---|---|"]
+    for r in st.itertuples():
+        cal = f"{r.t1_ms_before:.1f} → {r.t1_ms_after:.1f}" if r.t1_ms_before == r.t1_ms_before and r.t1_ms_before else \
+            "not recorded"
+        took = f"{r.seconds / 60:.1f} min" if r.seconds == r.seconds and r.seconds else "(adopted)"
+        state = "unknown (adopted: saved before results modes existed)" if r.adopted else status[r.status]
+        lines.append(f"| {r.notebook}/{r.step} | {r.git_sha}{' (uncommitted changes)' if r.dirty else ''} | {cal} | "
+                     f"{took} | {state} |")
     return "\n".join(lines)
 
 
@@ -314,6 +377,7 @@ def _replace(text: str, marker: str, body: str) -> str:
 
 def update_readme() -> None:
     text = _replace(README.read_text(), "results-table", table())
+    text = _replace(text, "provenance", provenance_table())
     if "<!-- support-matrix -->" in text and results.path("support_matrix").is_file():
         text = _replace(text, "support-matrix", support_table())
     README.write_text(text)

@@ -29,7 +29,11 @@ SUFFIX = ".parquet"
 _NAME = re.compile(r"[A-Za-z0-9_\-]+(/[A-Za-z0-9_\-]+)*")
 GIT_TIMEOUT_S = 10          # `git rev-parse` answers in milliseconds; a hung git must not hang a notebook
 
-__all__ = ["root", "git_sha", "available", "path", "save", "load"]
+__all__ = ["root", "git_sha", "available", "path", "save", "load", "MissingResult"]
+
+
+class MissingResult(ValueError):
+    """`load` found no saved result under that name (the notebook that makes it has not run here)."""
 
 
 def root() -> Path:
@@ -102,6 +106,6 @@ def load(name: str, root: str | Path | None = None) -> pd.DataFrame:
     p = path(name, root)
     if not p.is_file():
         names = available(root)
-        raise ValueError(f"name: no result {name!r} at {p}; "
+        raise MissingResult(f"name: no result {name!r} at {p}; "
                          f"available: {', '.join(names) if names else '(none)'}")
     return pd.read_parquet(p)

@@ -339,10 +339,12 @@ def stale_steps(root: str | Path | None = None) -> pd.DataFrame:
         man = json.loads(mp.read_text())
         state = provenance.check(man)
         cal = man.get("calibration") or {}
+        # manifests written before `dirty_files` existed counted the run's own outputs as changes: not shown
         rows.append(dict(notebook=mp.parent.name, step=man["step"], status=state["status"], git_sha=man.get("git_sha"),
-                         dirty=man.get("dirty"), seconds=man.get("seconds"), t1_ms_before=cal.get("t1_ms_before"),
+                         dirty=man.get("dirty") if "dirty_files" in man else None, adopted=bool(man.get("adopted")),
+                         seconds=man.get("seconds"), t1_ms_before=cal.get("t1_ms_before"),
                          t1_ms_after=cal.get("t1_ms_after"), reasons="; ".join(state["reasons"])))
-    return pd.DataFrame(rows, columns=["notebook", "step", "status", "git_sha", "dirty", "seconds", "t1_ms_before",
+    return pd.DataFrame(rows, columns=["notebook", "step", "status", "git_sha", "dirty", "adopted", "seconds", "t1_ms_before",
                                        "t1_ms_after", "reasons"])
 
 
