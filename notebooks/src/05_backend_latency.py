@@ -71,9 +71,13 @@
 # is read from `data/results/`, and the notebook draws everything in about a minute without loading a
 # single runtime besides torch. `"recompute"` runs every step: about 50 minutes on 2 CPU cores, plus,
 # the first time, the exports of the ONNX and GGUF files (cached under `build/backends/`) and about four
-# minutes to build llama-cpp-python (`pip install -e ".[gguf]"`; without it the llama.cpp backends are
-# skipped and the tables say which were measured). Changing a parameter recomputes only the steps that
-# use it; a run whose parameters differ from the shipped ones writes under `build/unpublished/05_backend_latency/…`.
+# minutes to build llama-cpp-python (`pip install -e ".[gguf]"`). A step that has to compute on a backend
+# that is not installed (or, for another model pair, that runs only Llama checkpoints) stops with an error
+# naming it and its install command, before timing anything; `SKIP_MISSING = True` instead drops such
+# backends from `BACKENDS` and `CONFIGS` before anything runs, prints which, and the tables then hold only
+# the backends measured (`SMOKE` implies it). Changing a parameter recomputes only the steps that use it; a
+# run whose parameters differ from the shipped ones — a `SKIP_MISSING` run that dropped a backend included —
+# writes under `build/unpublished/05_backend_latency/…`.
 # `"reuse"` never computes, and names the step and the parameters that differ when it cannot reuse.
 
 # %%
@@ -81,7 +85,7 @@ SMOKE = False           # True: tiny sizes, the whole notebook in under ~2 minut
 SEED = 0
 DEVICE = "auto"         # torch backends; auto: cuda, then mps, then cpu
 TARGET = "code-target"   # any causal LM (name, folder or hub id); every runtime but torch and serial:torch
-DRAFT = "code-draft"     # runs speclib's own Llama forward, so another architecture skips them (said below)
+DRAFT = "code-draft"     # runs speclib's own Llama forward: another architecture needs SKIP_MISSING = True
 BACKENDS = ["torch", "torch-bf16", "torch-int8", "torch-compile", "onnx", "onnx-int8",
             "llamacpp-f16", "llamacpp-q8_0", "llamacpp-q4_0", "serial:torch"]
 # (target backend, draft backend) pairings for end-to-end decoding
@@ -99,6 +103,7 @@ MAX_NEW_TOKENS = 128
 THREADS = 1             # every runtime gets the same number of CPU threads (1: see section 1b)
 THREAD_COUNTS = [1, 2]  # section 1b: torch's T(n) at each thread count (capped at the CPUs available)
 THREAD_ROUNDS = 3       # section 1b: interleaved rounds per thread count
+SKIP_MISSING = False    # True: drop backends that are not installed or do not fit the model, and say so
 RESULTS = "auto"        # auto: reuse results saved with these parameters, else compute; "recompute"; "reuse"
 PUBLISH = False         # True: a run with non-default parameters also replaces data/results and figures/
 
@@ -124,33 +129,27 @@ if SMOKE:   # one backend per runtime family, or fewer where BACKENDS names fewe
                            ["serial:torch", "torch"]] if set(c) <= set(BACKENDS)]
     N_MAX, PREFIXES, REPEATS, K_MAX, MAX_NEW_TOKENS = 4, [128], 3, 3, 24
     N_PILOT, N_PROMPTS, ROUNDS, THREAD_ROUNDS = 1, 2, 1, 2
+    if not SKIP_MISSING:
+        print("SMOKE: backends that cannot run here are skipped (SMOKE implies SKIP_MISSING = True)")
+        SKIP_MISSING = True
 NB = "05_backend_latency"
-KS, NS = list(range(1, K_MAX + 1)), list(range(1, N_MAX + 1))
 GREEDY = Sampling(0.0)
 style()
 torch.manual_seed(SEED)
 torch.set_num_threads(THREADS)
-# the parameters as given, before the backends that are not installed are dropped: a step's tables
-# record which backends it measured
-study = Study(NB, globals(), mode=RESULTS, publish=PUBLISH, always=dict(SMOKE=SMOKE))
 
 
 def runtime(name):
     return name.split(":")[-1]
 
 
-skipped = {}
-for name in dict.fromkeys(BACKENDS + [b for cfg in CONFIGS for b in cfg]):
-    if runtime(name) not in backends.BACKENDS:
-        raise ValueError(f"unknown backend {name!r}; the backends are:\n{backends.describe()}")
-    if backends.missing(runtime(name)):
-        skipped[name] = f"not installed ({backends.BACKENDS[runtime(name)].install})"
 _lms = {}
 
 
 def lm(model, name):
     """The LM of `model` on backend `name` ("serial:X" = SerialLM over backend X), loaded once."""
     if (model, name) not in _lms:
+        require([name])
         rt = runtime(name)
         dev = DEVICE if rt in ("torch", "torch-bf16", "torch-compile") else "cpu"
         base = speclib.load(model, device=dev, backend=rt)
@@ -158,21 +157,57 @@ def lm(model, name):
     return _lms[model, name]
 
 
-# every runtime but stock torch runs speclib's own Llama forward (exported, quantized or compiled), so
-# a pair of other checkpoints (Qwen3, Mistral, a hybrid, ...) is measured on "torch" and "serial:torch"
+def unavailable(name):
+    """Why backend `name` cannot run this pair on this machine, or None when it can. Every runtime but stock
+    torch runs speclib's own Llama forward (exported, quantized or compiled), so a pair of other checkpoints
+    (Qwen3, Mistral, a hybrid, ...) can be measured on "torch" and "serial:torch" only."""
+    rt = runtime(name)
+    if backends.missing(rt):
+        return f"not installed (install it with: {backends.BACKENDS[rt].install})"
+    if rt != "torch" and set(kinds.values()) != {"llama"}:
+        return f"needs a Llama checkpoint; the pair is {kinds}"
+    return None
+
+
+def require(names):
+    """Stop before a step computes anything when one of the backends it needs cannot run here."""
+    bad = {b: why for b in dict.fromkeys(names) if (why := unavailable(b))}
+    if bad:
+        raise ValueError("; ".join(f"backend {b!r}: {why}" for b, why in bad.items()) + ". Install what is missing, "
+                         "or run with -p SKIP_MISSING True to drop the backends that cannot run here (that run's "
+                         "BACKENDS and CONFIGS are then not the shipped ones, so it writes under build/unpublished/).")
+
+
+# What runs is decided here, before the Study records the parameters: a backend that is not installed, or
+# that cannot run this model pair, is an error unless SKIP_MISSING drops it from BACKENDS and CONFIGS, and
+# the steps' manifests then record the backends that ran. A run whose every step is read back from saved
+# results ("auto" or "reuse" with matching parameters) loads no backend but torch, so it only warns; a step
+# that has to compute calls `require` first and stops before timing anything.
+for name in dict.fromkeys(BACKENDS + [b for cfg in CONFIGS for b in cfg]):
+    if runtime(name) not in backends.BACKENDS:
+        raise ValueError(f"unknown backend {name!r}; the backends are:\n{backends.describe()}")
 kinds = {m: lm(m, "torch").model.config.model_type for m in (TARGET, DRAFT)}
-if set(kinds.values()) != {"llama"}:
-    for name in dict.fromkeys(BACKENDS + [b for cfg in CONFIGS for b in cfg]):
-        if runtime(name) != "torch":
-            skipped.setdefault(name, f"needs a Llama checkpoint; the pair is {kinds}")
-if skipped:
-    print("skipped backends:", skipped)
-BACKENDS = [b for b in BACKENDS if b not in skipped]
-CONFIGS = [cfg for cfg in CONFIGS if not set(cfg) & set(skipped)]
+skipped = {b: why for b in dict.fromkeys(BACKENDS + [b for cfg in CONFIGS for b in cfg]) if (why := unavailable(b))}
+if skipped and SKIP_MISSING:
+    print("SKIP_MISSING: dropped from BACKENDS and CONFIGS, not measured in this run:\n" +
+          "\n".join(f"  {b}: {why}" for b, why in skipped.items()))
+    BACKENDS = [b for b in BACKENDS if b not in skipped]
+    CONFIGS = [cfg for cfg in CONFIGS if not set(cfg) & set(skipped)]
+    if not CONFIGS:
+        raise ValueError("SKIP_MISSING dropped every configuration of CONFIGS: nothing left to run end to end")
+elif skipped and RESULTS == "recompute":
+    require(skipped)
+elif skipped:
+    print("NOTE: backends that cannot run here: " + "; ".join(f"{b}: {why}" for b, why in skipped.items()) +
+          ". The steps that use them are read from saved results; a step that has to compute stops with an error "
+          "(SKIP_MISSING = True drops them instead).")
+KS, NS = list(range(1, K_MAX + 1)), list(range(1, N_MAX + 1))
+study = Study(NB, globals(), mode=RESULTS, publish=PUBLISH, always=dict(SMOKE=SMOKE))
 dev = str(lm(TARGET, "torch").device)
 meta = dict(seed=SEED, device=dev, target=TARGET, draft=DRAFT, threads=THREADS, smoke=SMOKE)
 display(pd.DataFrame([dict(backend=b.name, runtime=b.about, trees=b.trees,
-                           used="skipped: " + skipped[b.name] if b.name in skipped else ("yes" if b.name in BACKENDS else "no"))
+                           used=("skipped: " if SKIP_MISSING else "not available here: ") + skipped[b.name]
+                           if b.name in skipped else ("yes" if b.name in BACKENDS else "no"))
                       for b in backends.BACKENDS.values()]))
 print(f"device {dev}; results mode {RESULTS!r}: this run {study.where()}. A step that computes loads each backend "
       f"when it first needs it (exports cached under build/backends/).")
@@ -202,6 +237,7 @@ print(f"device {dev}; results mode {RESULTS!r}: this run {study.where()}. A step
 
 # %%
 def pass_latencies():
+    require(BACKENDS)
     lat_rows = []
     for model in [TARGET, DRAFT]:
         for b in tqdm(BACKENDS, desc=model):
@@ -283,6 +319,7 @@ WIDTH = 8                  # tokens of the wide pass
 
 
 def width_check():
+    require(BACKENDS)
     gen = torch.Generator().manual_seed(SEED)
     prefix = torch.randint(0, 4096, (128,), generator=gen).tolist()
     toks = torch.randint(0, 4096, (WIDTH,), generator=gen).tolist()
@@ -430,6 +467,7 @@ print(f"{N_PILOT} pilot + {N_PROMPTS} reported stdlib prompts, {np.mean([len(p) 
 
 
 def config_runs():
+    require([b for cfg in CONFIGS for b in cfg])
     frames, prof_rows = [], []
     for tb, db in tqdm(CONFIGS, desc="configurations"):
         target, draft = lm(TARGET, tb), lm(DRAFT, db)
@@ -661,11 +699,14 @@ display(cause[["config", "K", "speedup", "decelerates", "c", "c_alone", "c_loop"
 worst = cause.assign(inflation=cause.c / cause.c_alone).sort_values("inflation", na_position="first").iloc[-1]
 slow = cause[cause.decelerates]
 display(Markdown(
-    (("Decelerating: " + "; ".join(
-        f"**{r.config}** ({r.speedup:.2f}x at K = {int(r.K)}): {r.dominant_cause} — drafting costs K·c = "
+    (("Median below 1 at the chosen K (whole interval below 1: decelerating; an interval that holds 1: not "
+      "distinguishable from AR): " + "; ".join(
+        f"**{r.config}** ({r.speedup:.2f}x at K = {int(r.K)}, CI {r.lo:.2f}–{r.hi:.2f}: "
+        f"{'decelerating' if r.hi < 1 else 'not distinguishable from AR' if r.hi >= 1 else 'no interval'}): "
+        f"{r.dominant_cause} — drafting costs K·c = "
         f"{r.draft_cost:.2f} target passes, verification v = {r.v:.2f}; flat verification would give "
         f"{r.predicted_v1:.2f}x, free drafting {r.predicted_c0:.2f}x" for r in slow.itertuples()) + ".")
-    if len(slow) else "No configuration decelerates at its chosen K.") +
+    if len(slow) else "No configuration has a median below 1 at its chosen K.") +
     f" A hidden cost of alternating two models, each with its own worker threads: c is measured with the two "
     f"interleaved, as SD runs them; each timed alone (section 1) gives `c_alone`. The largest gap is "
     f"**{worst.config}**: c = {worst.c:.3f} interleaved vs {worst.c_alone:.3f} alone (one-token passes "
