@@ -48,7 +48,9 @@ from . import provenance, results
 from .device import REPO
 
 MODES = ("auto", "recompute", "reuse")
-CONTROL = ("RESULTS", "PUBLISH")        # parameters that choose how a run is stored, not what it computes
+# parameters that choose how a run is stored or checked, not what it computes (notebook 05's SKIP_MISSING
+# drops backends from BACKENDS / CONFIGS, which are recorded themselves)
+CONTROL = ("RESULTS", "PUBLISH", "SKIP_MISSING")
 META_KEY = "speclib.step"               # parquet metadata key holding the producing step's run id
 MANIFEST = ".step.json"
 

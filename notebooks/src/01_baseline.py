@@ -151,7 +151,7 @@ prompt_rows = [r for pair in zip(stdlib_rows, humaneval_rows) for r in pair][:n_
 prompts = [target.encode(r["prompt"]) for r in prompt_rows]
 pilot_prompts, report_prompts = prompts[:N_PILOT], prompts[N_PILOT:]
 meta = dict(seed=SEED, device=dev, threads=threads, target=TARGET, draft=DRAFT, smoke=SMOKE)
-study = Study(NB, globals(), mode=RESULTS, publish=PUBLISH, always=dict(SMOKE=SMOKE))
+study = Study(NB, globals(), mode=RESULTS, publish=PUBLISH, always=dict(SMOKE=SMOKE), calibrate=target)  # target T(1) before/after each step
 print(f"{len(pilot_prompts)} pilot + {len(report_prompts)} reported prompts, {np.mean([len(p) for p in prompts]):.0f} "
       f"tokens on average; device {dev}, {threads} torch thread(s); results mode {RESULTS!r}: this run {study.where()}")
 PROMPT_PARAMS = ["N_PILOT", "N_PROMPTS"]      # the prompt sets depend on these

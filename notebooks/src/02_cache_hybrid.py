@@ -119,7 +119,7 @@ for w in WORKLOADS:
     rows = data.load_workload(w, N_FIT + N_EVAL)
     ids = [target.encode(r["prompt"])[-(target.max_length - MAX_NEW_TOKENS - MAX_SPEC - 8):] for r in rows]
     prompts[w] = {"fit": ids[:N_FIT], "eval": ids[N_FIT:N_FIT + N_EVAL]}
-study = Study(NB, globals(), mode=RESULTS, publish=PUBLISH, always=dict(SMOKE=SMOKE))
+study = Study(NB, globals(), mode=RESULTS, publish=PUBLISH, always=dict(SMOKE=SMOKE), calibrate=target)  # target T(1) before/after each step
 PROMPTS = ["TARGET", "WORKLOADS", "N_FIT", "N_EVAL", "MAX_NEW_TOKENS", "MAX_SPEC"]    # the prompt sets and their lengths
 print({w: (len(p["fit"]), len(p["eval"])) for w, p in prompts.items()}, f"device {dev}; results mode {RESULTS!r}: "
       f"this run {study.where()}")

@@ -121,6 +121,7 @@ import speclib
 from speclib import Sampling, backends, bench, data, results
 from speclib.backends import SerialLM
 from speclib.plotting import savefig, style
+from speclib.provenance import Calibration
 from speclib.study import Study
 
 if SMOKE:   # one backend per runtime family, or fewer where BACKENDS names fewer
@@ -202,7 +203,9 @@ elif skipped:
           ". The steps that use them are read from saved results; a step that has to compute stops with an error "
           "(SKIP_MISSING = True drops them instead).")
 KS, NS = list(range(1, K_MAX + 1)), list(range(1, N_MAX + 1))
-study = Study(NB, globals(), mode=RESULTS, publish=PUBLISH, always=dict(SMOKE=SMOKE))
+# the torch target's one-token pass before and after each computed step (loaded only when a step computes)
+study = Study(NB, globals(), mode=RESULTS, publish=PUBLISH, always=dict(SMOKE=SMOKE),
+              calibrate=lambda: Calibration(lm(TARGET, "torch"))())
 dev = str(lm(TARGET, "torch").device)
 meta = dict(seed=SEED, device=dev, target=TARGET, draft=DRAFT, threads=THREADS, smoke=SMOKE)
 display(pd.DataFrame([dict(backend=b.name, runtime=b.about, trees=b.trees,
