@@ -334,6 +334,13 @@ class HFLM(FeatureStore, BaseLM):
 FINAL_NORMS = ("norm", "final_layernorm", "ln_f", "final_layer_norm")
 
 
+# What a forward raises when it cannot take speclib's [1, 1, new, total] additive mask at all: a model that
+# unpacks the mask as [batch, seq] (Bloom's and Falcon's ALiBi: ValueError "too many values to unpack"), checks
+# its shape (ValueError), has no keyword for it (TypeError) or refuses it outright (NotImplementedError).
+# Anything else (RuntimeError, torch.OutOfMemoryError, MemoryError, a bug) is a real failure and propagates.
+MASK_UNSUPPORTED = (ValueError, TypeError, NotImplementedError)
+
+
 @torch.inference_mode()
 def _tree_probe(model, dtype, device) -> str | None:
     from transformers import DynamicCache
@@ -348,12 +355,13 @@ def _tree_probe(model, dtype, device) -> str | None:
 
     def ids(*t):
         return torch.tensor([t], device=device)
+    # the unmasked forwards are what every chain runs: a failure there is no reason to refuse trees
+    ref = [model(input_ids=ids(a, b, t)).logits[0, -1].float() for t in (c, d)]
+    model(input_ids=ids(a, b), cache=cache, use_cache=True)
     try:
-        model(input_ids=ids(a, b), cache=cache, use_cache=True)
         got = model(input_ids=ids(c, d), position_ids=ids(2, 2), attention_mask=mask[None, None], cache=cache,
                     use_cache=True).logits[0].float()
-        ref = [model(input_ids=ids(a, b, t)).logits[0, -1].float() for t in (c, d)]
-    except Exception as exc:                       # any failure means: this model cannot take the mask
+    except MASK_UNSUPPORTED as exc:
         return f"a custom 4D attention mask fails on it ({type(exc).__name__}: {str(exc).splitlines()[0][:200]})"
     tol = 1e-4 if dtype == torch.float32 else 3e-2
     if not all(torch.allclose(g, r, atol=tol * (1 + r.abs().max().item()), rtol=tol) for g, r in zip(got, ref)):

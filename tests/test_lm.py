@@ -1,5 +1,6 @@
 """extend/commit on random chains and trees must equal a fresh full forward of each path."""
 import random
+import re
 
 import pytest
 import torch
@@ -82,3 +83,52 @@ def test_empty_prompt_and_context():
     lm.reset(list(range(15)))
     with pytest.raises(ValueError, match="context"):
         lm.extend([1, 2], [-1, 0])
+
+
+def _forward_failing_on_4d_mask(model, exc):
+    """model.forward, except that a call with a 4D attention mask (the tree probe's) raises `exc`."""
+    inner = model.forward
+
+    def forward(*args, attention_mask=None, **kw):
+        if attention_mask is not None and attention_mask.dim() == 4:
+            raise exc
+        return inner(*args, attention_mask=attention_mask, **kw)
+    return forward
+
+
+@pytest.mark.parametrize("exc", [RuntimeError("CUDA error: an illegal memory access was encountered"),
+                                 torch.OutOfMemoryError("CUDA out of memory"), MemoryError(), KeyError("bug")],
+                         ids=["runtime", "oom", "memory", "bug"])
+def test_tree_probe_lets_real_failures_propagate(exc, monkeypatch):
+    """Only "this model cannot take a custom 4D mask" means chains only; any other failure of the masked
+    forward (a real bug, out of memory) propagates instead of quietly turning trees off."""
+    lm = tiny_lm()
+    monkeypatch.setattr(lm.model, "forward", _forward_failing_on_4d_mask(lm.model, exc))
+    lm.reset([1, 2, 3])
+    with pytest.raises(type(exc)):
+        lm.extend([4, 5], [-1, -1])
+    with pytest.raises(type(exc)):
+        lm.trees_unsupported()                         # not cached as "unsupported" either
+
+
+@pytest.mark.parametrize("exc", [ValueError("too many values to unpack (expected 2)"),
+                                 TypeError("forward() got an unexpected keyword argument"),
+                                 NotImplementedError("custom masks")])
+def test_tree_probe_unsupported_mask_gives_the_reason(exc, monkeypatch):
+    lm = tiny_lm()
+    monkeypatch.setattr(lm.model, "forward", _forward_failing_on_4d_mask(lm.model, exc))
+    lm.reset([1, 2, 3])
+    want = re.escape(f"custom 4D attention mask fails on it ({type(exc).__name__}: {str(exc)[:20]}")
+    with pytest.raises(ValueError, match="chains only.*" + want):
+        lm.extend([4, 5], [-1, -1])
+    assert lm.extend([4, 5], [-1, 0]).shape[0] == 2     # chains still work
+
+
+def test_tree_probe_on_a_model_that_unpacks_the_mask_as_2d():
+    """Bloom builds its ALiBi bias from a [batch, seq] mask: transformers raises ValueError on a 4D one."""
+    from transformers import BloomConfig, BloomForCausalLM
+    from speclib.lm import HFLM
+    torch.manual_seed(0)
+    lm = HFLM(BloomForCausalLM(BloomConfig(vocab_size=64, hidden_size=32, n_layer=2, n_head=4)).eval(), None,
+              torch.device("cpu"))
+    assert lm.trees_unsupported().startswith("a custom 4D attention mask fails on it (ValueError: too many values")
