@@ -33,6 +33,22 @@ def tiny_lm(hidden=32, layers=2, vocab=64, seed=0, max_pos=256, impl="hf") -> HF
     return cls(LlamaForCausalLM(cfg).eval(), None, torch.device("cpu"))
 
 
+def noisy_copy(seed=0, scale=0.3, impl="hf", **kw) -> HFLM:
+    """tiny_lm(seed=seed, ...) with noise on its output head: a draft that agrees with that target often, not
+    always (two independently seeded tiny models agree on almost no greedy token)."""
+    lm = tiny_lm(seed=seed, impl=impl, **kw)
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        w = lm.model.lm_head.weight
+        w.add_(scale * w.std() * torch.randn(w.shape, generator=g))
+    return lm
+
+
+def accepted(gen) -> int:
+    """Draft tokens accepted over a generate() run (its per-step stats)."""
+    return sum(s["accepted"] for s in gen.stats["steps"])
+
+
 def spread_hybrid(m):
     """A random tiny hybrid with every part made to count: non-trivial norm weights, and slow decays
     (A in [0.05, 1]) so tokens several steps back still move the GDN state."""

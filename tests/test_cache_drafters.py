@@ -144,12 +144,15 @@ def test_point_mass_acceptance_exact():
                          ids=["prompt_lookup", "suffix"])
 def test_greedy_identity_with_cache_drafts(make):
     target = tiny_lm(32, 2, vocab=16, seed=0)
+    total = 0
     for prompt in ([1, 2, 3, 1, 2, 3, 1, 2], [5, 5, 5, 5], [3, 1, 4, 1, 5, 9, 2, 6]):
         ar = generate(target, prompt, 30, sampling=GREEDY)
         d = make()
         sd = generate(target, prompt, 30, drafter=d, sampling=GREEDY)
         assert sd.tokens == ar.tokens
         assert sum(s["drafted"] for s in sd.stats["steps"]) > 0
+        total += sum(s["accepted"] for s in sd.stats["steps"])
+    assert total >= 10            # measured over the three prompts: prompt lookup 52, suffix 39 accepted
 
 
 # --- HybridDrafter: every policy ------------------------------------------------------------------

@@ -5,18 +5,25 @@ import torch
 import speclib
 from speclib import ModelDrafter, Sampling, generate
 from speclib.stats import chi2_two_sample, greedy_identity
-from conftest import needs_shipped, tiny_lm
+from conftest import accepted, needs_shipped, noisy_copy, tiny_lm
 
 GREEDY = Sampling(0.0)
 
 
 @pytest.mark.parametrize("k", [1, 2, 5, 8])
 def test_greedy_sd_equals_ar_tiny(pair, k):
+    """The unrelated tiny draft has every draft token rejected (0 accepted: the correction path only); the
+    target's noisy copy has many accepted (measured 32 / 44 / 54 / 53 over the three prompts at k = 1 / 2 /
+    5 / 8), so partial and full accepts are exercised too."""
     target, draft = pair
-    for prompt in ([1], [5, 9, 2, 33], list(range(20))):
-        ar = generate(target, prompt, 30, sampling=GREEDY)
-        sd = generate(target, prompt, 30, drafter=ModelDrafter(draft, k), sampling=GREEDY)
-        assert sd.tokens == ar.tokens
+    for d, least in ((draft, 0), (noisy_copy(seed=0), 10)):
+        total = 0
+        for prompt in ([1], [5, 9, 2, 33], list(range(20))):
+            ar = generate(target, prompt, 30, sampling=GREEDY)
+            sd = generate(target, prompt, 30, drafter=ModelDrafter(d, k), sampling=GREEDY)
+            assert sd.tokens == ar.tokens
+            total += accepted(sd)
+        assert total >= least
 
 
 @pytest.mark.parametrize("n", [1, 2, 7, 13])
@@ -97,13 +104,15 @@ def test_greedy_identity_shipped_models(shipped):
     """Level 3: SD = AR = transformers generate(do_sample=False) on held-out prompts."""
     target, draft = shipped
     prompts = [r["prompt"] for r in speclib.data.load_workload("code_humaneval", 3)]
-    ar, sd, hf = [], [], []
+    ar, sd, hf, sd_runs = [], [], [], []
     for text in prompts:
         ids = target.encode(text)
         ar.append(generate(target, ids, 24, sampling=GREEDY).tokens)
-        sd.append(generate(target, ids, 24, drafter=ModelDrafter(draft, 4), sampling=GREEDY).tokens)
+        sd_runs.append(generate(target, ids, 24, drafter=ModelDrafter(draft, 4), sampling=GREEDY))
+        sd.append(sd_runs[-1].tokens)
         out = target.model.generate(torch.tensor([ids]), max_new_tokens=24, do_sample=False,
                                     pad_token_id=target.eos_token_id)
         hf.append(out[0, len(ids):].tolist())
     assert greedy_identity(ar, sd).all_identical
+    assert sum(accepted(g) for g in sd_runs) >= 10        # measured: 45 of 108 draft tokens accepted
     assert greedy_identity(ar, hf).all_identical

@@ -191,7 +191,12 @@ def test_04_cospec_rl_smoke(smoke_run):
     assert m.accuracy.between(0, 1).all() and ci_contains(m.accuracy, m.lo, m.hi)
     assert m.diff_vs_target["lossless SD"] == 0                 # greedy lossless SD is the target's output
     assert m.accuracy["oracle branch choice"] >= m.accuracy["target AR"]
-    assert (m.same_as_batched.dropna() > 0.5).all()             # the real loop reproduces the batched process
+    # same_as_batched: the share of timed problems whose tokens from the real loop (generate) equal the batched
+    # process's (cospec.arbitrate) token for token. Same models, policy and greedy decoding: equal unless a float
+    # tie between near-equal logits flips under the batched GEMM blocking (tests/test_cospec.py checks the two
+    # token for token on tiny models). Measured 1.0 for every timed method (420/420 problems in the committed
+    # run); the smoke run is deterministic, so anything below 1 is a divergence to look at, not noise.
+    assert (m.same_as_batched.dropna() == 1.0).all(), m.same_as_batched
     timed = m[m.speedup.notna()]
     assert {"target AR", "lossless SD", "CoSpec (RL)"} <= set(timed.index)
     assert ci_contains(timed.speedup, timed.speed_lo, timed.speed_hi)
