@@ -27,7 +27,7 @@ NB05    := $(filter %/05_backend_latency.ipynb,$(NOTEBOOKS))
 SKIP_05 := $(if $(filter 1 yes true True,$(SKIP_MISSING)),-p SKIP_MISSING True)
 
 figures: venv
-	# the llama.cpp backends of notebook 05 (compiles from source once, about 4 minutes on 2 cores); if it
+	# the llama.cpp backends of notebook 05 (compiles from source once, about 9 minutes on 2 cores; `make venv` builds it too, for the tests); if it
 	# cannot build, stop here (notebook 05 would stop too), unless SKIP_MISSING=1 (see above)
 	$(BIN)/python -m pip install -q -e ".[gguf]" || { [ -n "$(SKIP_05)" ] && \
 	  echo "llama-cpp-python did not install: notebook 05 runs without llama.cpp (SKIP_MISSING)"; } || { \

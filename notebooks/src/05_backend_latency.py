@@ -70,7 +70,7 @@
 # (the pass timings of section 1, the width check, the threads study, the end-to-end runs of section 2)
 # is read from `data/results/`, and the notebook draws everything in about a minute without loading a
 # single runtime besides torch. `"recompute"` runs every step: about 50 minutes on 2 CPU cores, plus,
-# the first time, the exports of the ONNX and GGUF files (cached under `build/backends/`) and about four
+# the first time, the exports of the ONNX and GGUF files (cached under `build/backends/`) and about nine
 # minutes to build llama-cpp-python (`pip install -e ".[gguf]"`). A step that has to compute on a backend
 # that is not installed (or, for another model pair, that runs only Llama checkpoints) stops with an error
 # naming it and its install command, before timing anything; `SKIP_MISSING = True` instead drops such
