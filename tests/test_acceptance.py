@@ -84,13 +84,26 @@ def test_tree_two_siblings_is_lossless():
     p, q = p.float(), q.float()
     rng = torch.Generator().manual_seed(5)
     out = []
+    firsts, naive = [], []
     for _ in range(15000):
         a, b = torch.multinomial(q, 2, replacement=True, generator=gen).tolist()
         tree = Tree([a, b], [-1, -1], torch.stack([q, q]))
         path, nxt = Lossless()(tree, torch.stack([p, p, p]), False, rng)
         out.append(tree.tokens[path[0]] if path else nxt)
+        firsts.append(a)
+        # a wrong multi-draft rule: each sibling tested against p itself, not against the residual left
+        # after the siblings before it were rejected
+        for x in (a, b):
+            if torch.rand((), generator=rng) < min(1.0, float(p[x] / q[x])):
+                naive.append(x)
+                break
+        else:
+            naive.append(int(torch.multinomial(torch.clamp(p - q, min=0), 1, generator=rng)))
     direct = torch.multinomial(p, 15000, replacement=True, generator=gen).tolist()
     assert chi2_two_sample(out, direct).p > 1e-3
+    # negative controls: the same test rejects the draft's own tokens and the rule without residuals
+    assert chi2_two_sample(firsts, direct).p < 1e-6
+    assert chi2_two_sample(naive, direct).p < 1e-3
 
 
 def test_greedy_rule_walks_argmax():

@@ -161,7 +161,7 @@ def test_tree_respects_the_node_budget(llama, budget, k):
 def test_chi_square_ar_vs_feature_sd(llama, tree):
     """Token at new-token index 4 over 800 independent seeded runs (i.i.d.), AR vs feature-head SD at
     temperature 1: two-sample chi-square, alpha = 1e-3 (0.1% false-positive rate under the null).
-    Negative control: the same test rejects drafts accepted without the rejection rule."""
+    Negative control (chains and trees): the same test rejects a rule that keeps the first drafted node."""
     target, _, head = llama
     d = FeatureDrafter(target, head, k=3, tree=tree)
 
@@ -170,10 +170,10 @@ def test_chi_square_ar_vs_feature_sd(llama, tree):
                          acceptor=acceptor).tokens[4] for s in range(800)]
     ar = token_at(None, 0)
     assert chi2_two_sample(ar, token_at(d, 10**6)).p > 1e-3
-    if tree is None:
-        def accept_all(t, p, greedy, gen):
-            return list(range(len(t))), speclib.sampling.sample(p[len(t)], gen)
-        assert chi2_two_sample(ar, token_at(d, 10**6, accept_all)).p < 1e-3
+
+    def accept_first(t, p, greedy, gen):          # keeps the first drafted node whatever p says: not lossless
+        return ([0], speclib.sampling.sample(p[1], gen)) if len(t) else ([], speclib.sampling.sample(p[0], gen))
+    assert chi2_two_sample(ar, token_at(d, 10**6, accept_first)).p < 1e-3
 
 
 # --- bad input --------------------------------------------------------------------------------------
