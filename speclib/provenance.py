@@ -108,11 +108,12 @@ def checkpoint_hash(folder: Path) -> str:
 
 
 def named_checkpoints(params: dict) -> list[str]:
-    """Shipped checkpoint names among the values of `params` (strings, or lists of strings), plus the
+    """Shipped checkpoint and pretrained model names among the values of `params` (strings, or lists of strings), plus the
     checkpoints this process loaded by name (`speclib.loading.OPENED`)."""
     from .lm import checkpoints
     from .loading import OPENED
-    shipped = set(checkpoints())
+    from .pretrained import MODELS
+    shipped = set(checkpoints()) | set(MODELS)
     found = set(OPENED)
     for v in params.values():
         for x in (v if isinstance(v, list) else [v]):
@@ -121,9 +122,20 @@ def named_checkpoints(params: dict) -> list[str]:
     return sorted(found)
 
 
-def checkpoint_hashes(names: list[str]) -> dict[str, str]:
+def weights_hash(name: str) -> str | None:
+    """A shipped checkpoint's folder hash, or a pretrained model's GGUF sha256 (16 hex digits, from the
+    card of its dequantized cache); None when neither exists here."""
+    from . import pretrained
     from .lm import CHECKPOINTS
-    return {n: checkpoint_hash(CHECKPOINTS / n) for n in names if (CHECKPOINTS / n).is_dir()}
+    if (CHECKPOINTS / name).is_dir():
+        return checkpoint_hash(CHECKPOINTS / name)
+    if name in pretrained.MODELS:
+        return pretrained.card(name).get(pretrained.CARD_KEY, "")[:16] or None
+    return None
+
+
+def checkpoint_hashes(names: list[str]) -> dict[str, str]:
+    return {n: h for n in names if (h := weights_hash(n)) is not None}
 
 
 @dataclass
@@ -150,7 +162,6 @@ def check(man: dict) -> dict:
     """{"status": "current" | "stale" | "unknown", "reasons": [...]} for one step manifest against
     the checkout as it is now. A manifest without fingerprints (written before they were recorded,
     or adopted) is "unknown"; its reasons list the code files changed in git since its commit."""
-    from .lm import CHECKPOINTS
     reasons = []
     mods, ckpts = man.get("modules"), man.get("checkpoints")
     if mods is None:
@@ -169,9 +180,9 @@ def check(man: dict) -> dict:
         elif _sha1(p) != h:
             reasons.append(f"{rel} changed")
     for name, h in (ckpts or {}).items():
-        folder = CHECKPOINTS / name
-        if not folder.is_dir():
+        now = weights_hash(name)
+        if now is None:
             reasons.append(f"checkpoint {name} removed")
-        elif checkpoint_hash(folder) != h:
+        elif now != h:
             reasons.append(f"checkpoint {name} changed")
     return dict(status="stale" if reasons else "current", reasons=reasons)

@@ -269,6 +269,32 @@ PAIRS_TABLES = PAIRS_SWEEP / "tables" / "02_cache_hybrid"
 PAIRS_POLICIES = ["model", "prompt lookup", "suffix", "HVD (ours)", "oracle (hindsight)"]
 
 
+def _rows_07() -> list[tuple[str, str, str]]:
+    nb = "07_spec_bench"
+    table, impl, chi = results.load(f"{nb}/task_table"), results.load(f"{nb}/implementations"), results.load(f"{nb}/chi2")
+    ident = results.load(f"{nb}/identity").set_index("method")
+    rows = []
+    for r in table[table.task == "overall"].sort_values("speedup", ascending=False).itertuples():
+        tps = f"; {r.tokens_per_step:.2f} tokens per step" if r.tokens_per_step == r.tokens_per_step else ""
+        rows.append((f"SmolLM2-135M-Instruct on Spec-Bench, {r.method}, all tasks ({r.runs} turns)",
+                     f"**{r.speedup:.2f}x** over speclib AR (95% CI {ci(r.lo, r.hi)}); Spec-Bench ratio {r.spec_bench_ratio:.2f}{tps}; "
+                     f"output = {ident.reference.get(r.method, 'AR')} on {ident.identical.get(r.method, r.identical)} / {r.runs}",
+                     "task_table.parquet"))
+    for task in ("summarization", "rag", "translation"):
+        sub = table[(table.task == task) & table.method.isin(["prompt lookup", "suffix"])]
+        if len(sub):
+            b = sub.loc[sub.speedup.idxmax()]
+            rows.append((f"SmolLM2 on Spec-Bench {task}, best cache drafter", f"{b.method}: **{b.speedup:.2f}x** (95% CI {ci(b.lo, b.hi)})",
+                         "task_table.parquet"))
+    for r in impl.itertuples():
+        rows.append((f"SmolLM2 prompt lookup in {r.implementation}", f"{r.lookup_tokens_per_s:.1f} tokens/s (its AR {r.ar_tokens_per_s:.1f}); "
+                     f"{r.lookup_over_own_ar:.2f}x over its own AR (95% CI {ci(r.lo, r.hi)})", "implementations.parquet"))
+    for r in chi.itertuples():
+        rows.append((f"SmolLM2 temperature 1, {r.method} vs AR", f"permutation p = {r.p_permutation:.3f} "
+                     f"({r.tokens_method} vs {r.tokens_ar} tokens)", "chi2.parquet"))
+    return [(k, v, f"`data/results/{nb}/{f}`") for k, v, f in rows]
+
+
 def _pairs_tables():
     """The 02_model_pairs sweep's combined speedup tables, one row per point, policy (and workload)."""
     pooled, speed = (pd.read_parquet(PAIRS_TABLES / f"{t}.parquet") for t in ("agentic_pooled", "speedup"))
@@ -323,7 +349,8 @@ def draw_pairs_sweep(root=None):
 
 
 SECTIONS = {"01_baseline": _rows_01, "02_cache_hybrid": _rows_02, "03_tree_hybrid": _rows_03, "04_cospec_rl": _rows_04,
-            "05_backend_latency": _rows_05, "06_self_speculation": _rows_06, "sweeps": _rows_sweeps}
+            "05_backend_latency": _rows_05, "06_self_speculation": _rows_06, "07_spec_bench": _rows_07,
+            "sweeps": _rows_sweeps}
 
 
 def table() -> str:

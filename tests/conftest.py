@@ -9,6 +9,10 @@ if not torch.cuda.is_available():
 
 from speclib.device import set_threads  # noqa: E402
 
+# Under pytest-xdist (`make test` runs two workers) each worker, and the notebook kernels it starts, takes
+# one thread: two workers at two threads each would oversubscribe the two cores.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("SPECLIB_THREADS", "1")
 set_threads()      # torch's threads = the CPUs this process may use (affinity, cgroup quota), or $SPECLIB_THREADS
 
 import pytest  # noqa: E402
@@ -77,26 +81,43 @@ def shipped():
 @pytest.fixture(scope="session")
 def smoke_run(tmp_path_factory):
     """`smoke_run("01_baseline")` runs that notebook with SMOKE=True once per test session and returns
-    the folder holding the executed notebook (`01_baseline.ipynb`) and its results/ and figures/."""
+    the folder holding the executed notebook (`01_baseline.ipynb`) and its results/ and figures/.
+    Under pytest-xdist the folder and the runs are shared by the workers: a file lock per notebook
+    makes the first worker to ask run it and the others wait for it."""
+    from filelock import FileLock, Timeout
+
     from speclib.device import REPO
     from speclib.notebooks import run
     from speclib.study import broken_steps
-    root = tmp_path_factory.mktemp("smoke")
-    done = set()
+    base = tmp_path_factory.getbasetemp()
+    root = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "smoke"
+    root.mkdir(exist_ok=True)
 
-    def run_once(name: str):
-        if name not in done:
-            before = os.environ.get("SPECLIB_OUT")
-            os.environ["SPECLIB_OUT"] = str(root)           # the notebook's kernel inherits it
-            try:
-                run(REPO / "notebooks" / f"{name}.ipynb", root / f"{name}.ipynb", {"SMOKE": True})
-            finally:
-                if before is None:
-                    os.environ.pop("SPECLIB_OUT", None)
-                else:
-                    os.environ["SPECLIB_OUT"] = before
-            broken = broken_steps(root / "results")      # a step whose table a later save overwrote
-            assert not broken, broken
-            done.add(name)
+    def run_once(name: str, block: bool = True):
+        """The folder once `name` has run; with block=False, None when another worker is running it now."""
+        done = root / f"{name}.done"
+        lock = FileLock(str(root / f"{name}.lock"))
+        try:
+            lock.acquire(timeout=-1 if block else 0)
+        except Timeout:
+            return None
+        try:
+            if not done.exists():
+                before = os.environ.get("SPECLIB_OUT")
+                os.environ["SPECLIB_OUT"] = str(root)           # the notebook's kernel inherits it
+                try:
+                    run(REPO / "notebooks" / f"{name}.ipynb", root / f"{name}.ipynb", {"SMOKE": True})
+                finally:
+                    if before is None:
+                        os.environ.pop("SPECLIB_OUT", None)
+                    else:
+                        os.environ["SPECLIB_OUT"] = before
+                # a step whose table a later save overwrote (this notebook's steps only: another worker
+                # may be writing its own notebook's results beside them)
+                broken = [b for b in broken_steps(root / "results") if b.startswith(name + "/")]
+                assert not broken, broken
+                done.touch()
+        finally:
+            lock.release()
         return root
     return run_once

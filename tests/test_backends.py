@@ -27,7 +27,7 @@ def usable(name):
                                                         reason=f"{name} needs {BACKENDS[name].install}"))
 
 
-ALL = [usable(n) for n in BACKENDS]
+ALL = [usable(n) for n in BACKENDS if n != "llamacpp-gguf"]    # a pretrained model's own GGUF: tests/test_pretrained.py
 
 
 @pytest.fixture(scope="module")

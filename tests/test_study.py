@@ -245,6 +245,8 @@ def _edit_manifest(out, name, **changes):
     for k, v in changes.items():
         if v is None:
             man.pop(k)
+        elif isinstance(v, list):            # [dict]: replace the whole field
+            man[k] = v[0]
         elif isinstance(v, dict):
             man[k] = {**man[k], **v}
         else:
@@ -274,7 +276,8 @@ def test_a_changed_checkpoint_is_stale(out, tmp_path, monkeypatch):
     ck.mkdir(parents=True)
     (ck / "model.safetensors").write_bytes(b"one")
     monkeypatch.setattr(lm_module, "CHECKPOINTS", tmp_path / "ckpts")
-    _edit_manifest(out, "f", checkpoints={"tiny": provenance.checkpoint_hash(ck)})
+    # exactly this checkpoint: others this test process opened earlier (loading.OPENED) would read as removed here
+    _edit_manifest(out, "f", checkpoints=[{"tiny": provenance.checkpoint_hash(ck)}])
     assert study.stale_steps(out / "results").status.tolist() == ["current"]
     (ck / "model.safetensors").write_bytes(b"two")
     st = study.stale_steps(out / "results")

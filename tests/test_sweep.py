@@ -17,6 +17,9 @@ from conftest import needs_shipped
 from speclib import sweep
 from speclib.device import REPO
 
+# every Ray test in one pytest-xdist worker, one after another: two local Ray clusters at once would share the two cores
+pytestmark = pytest.mark.xdist_group("ray")
+
 PROBE = REPO / "tests" / "notebooks" / "sweep_probe.ipynb"
 
 
