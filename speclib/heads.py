@@ -24,6 +24,7 @@ from .lm import CHECKPOINTS
 
 KIND = "speclib-feature-head"
 WEIGHTS = "head.safetensors"
+COUNTS = "token_counts.npy"          # the training stream's token frequencies (FR-Spec)
 STEP_DECAY = 0.8             # weight of unrolled step s in the loss: STEP_DECAY ** (s - 1)
 FEATURE_WEIGHT = 0.2         # weight of the feature-regression term beside the distribution term
 
@@ -289,22 +290,43 @@ def train_head(target_name: str, out=None, minutes: float = 30, steps: int = 200
                eval_every: int = 100) -> Path:
     """Train (or resume) the head of a shipped target on the target's own training split (the preset's
     streams in `speclib.train`, its workload mix included) and write data/checkpoints/<target>-head/
-    (or `out`) with a MODEL_CARD.md. State in build/train/<out name>/."""
+    (or `out`) with a MODEL_CARD.md. State in build/train/<out name>/. A pretrained target
+    (`speclib.pretrained`) trains on its own chat answers: run `python -m speclib.chat_data NAME` first."""
+    from . import chat_data, pretrained
     from . import train as T
     from .loading import load
     lm = load(target_name, device="cpu", dtype=torch.float32)
     out = Path(out) if out is not None else CHECKPOINTS / f"{Path(target_name).name}-head"
     preset = T.PRESETS.get(target_name, {})
-    train_s, held_s = T.streams(target_name, lm.tokenizer) if target_name in T.PRESETS else \
-        (T.token_stream("train", lm.tokenizer), T.token_stream("heldout", lm.tokenizer))
+    if target_name in pretrained.MODELS:        # its own answers to instructions (speclib.chat_data)
+        train_s, held_s = chat_data.stream(target_name, "train"), chat_data.stream(target_name, "heldout")
+    elif target_name in T.PRESETS:
+        train_s, held_s = T.streams(target_name, lm.tokenizer)
+    else:
+        train_s, held_s = T.token_stream("train", lm.tokenizer), T.token_stream("heldout", lm.tokenizer)
     extra = T.workload_stream("train", lm.tokenizer) if preset.get("mix") else None
     head = new_head(lm, Path(target_name).name, layers, seed)
     st = fit(lm, head, train_s, held_s, T.STATE / out.name, steps=steps, minutes=minutes, batch=batch, seq=seq,
              unroll=unroll, lr=lr, seed=seed, autocast=autocast, eval_every=eval_every, extra=extra,
              mix=preset.get("mix", 0.0), log=lambda m: print(m, flush=True))
     save_head(head, out)
-    write_card(out, head, st, dict(unroll=unroll, batch=batch, seq=seq, lr=lr))
+    np.save(out / COUNTS, np.bincount(train_s.astype(np.int64), minlength=head.config["vocab_size"]).astype(np.int64))
+    knobs = dict(unroll=unroll, batch=batch, seq=seq, lr=lr)
+    if target_name in pretrained.MODELS:
+        knobs["data"] = (f"the target's own greedy answers to instructions built from the standard library's "
+                         f"docstrings (`speclib.chat_data`; {len(train_s) / 1e6:.2f}M tokens)")
+    write_card(out, head, st, knobs)
     return out
+
+
+def token_counts(name_or_path) -> np.ndarray:
+    """How often each token occurs in the head's training stream [V] (saved by `train_head`): FR-Spec's
+    frequency ranking (`speclib.drafters.frequent_tokens`)."""
+    folder = CHECKPOINTS / name_or_path if name_or_path in heads() else Path(name_or_path)
+    if not (folder / COUNTS).exists():
+        raise ValueError(f"{folder} has no {COUNTS}: heads trained by `python -m speclib.train head` since the "
+                         f"FR-Spec option save it; retrain, or pass the token ids to draft from yourself")
+    return np.load(folder / COUNTS)
 
 
 def write_card(out: Path, head: FeatureHead, st: dict, knobs: dict) -> None:
@@ -321,7 +343,7 @@ final norm and LM head. {n_params / 1e6:.2f}M parameters of its own, stored in b
 - Command: `python -m speclib.train {' '.join(sys.argv[1:]) or 'head ' + c['target']}` (resumable).
 - Objective: cross-entropy to the target's next-token distribution + {FEATURE_WEIGHT} x smooth-L1 regression onto
   the target's final normed state, over {knobs['unroll']} unrolled draft steps (step s weighted {STEP_DECAY}^(s-1));
-  batches of {knobs['batch']} x {knobs['seq']} tokens from the target's training split, AdamW, peak lr {knobs['lr']}.
+  batches of {knobs['batch']} x {knobs['seq']} tokens from {knobs.get('data', "the target's training split")}, AdamW, peak lr {knobs['lr']}.
 - Tokens seen: {st['tokens'] / 1e6:.2f}M in {st['step']} steps; training wall time {st['seconds'] / 60:.1f} min on CPU
   ({st['tokens'] / max(st['seconds'], 1e-9):.0f} tokens/s, the target's forward included).
 - Held-out ({len(st['evals'])} evaluations, 16 windows): cross-entropy to the target per draft step

@@ -286,6 +286,10 @@ def _rows_07() -> list[tuple[str, str, str]]:
             b = sub.loc[sub.speedup.idxmax()]
             rows.append((f"SmolLM2 on Spec-Bench {task}, best cache drafter", f"{b.method}: **{b.speedup:.2f}x** (95% CI {ci(b.lo, b.hi)})",
                          "task_table.parquet"))
+    if "feature head" in set(table.method):
+        cost = results.load(f"{nb}/head_cost").set_index("method")
+        rows.append(("SmolLM2 feature head: draft step cost c, in target passes",
+                     "; ".join(f"{m} (k = {int(r.chosen_k)}): c = {r.c:.2f}" for m, r in cost.iterrows()), "head_cost.parquet"))
     for r in impl.itertuples():
         rows.append((f"SmolLM2 prompt lookup in {r.implementation}", f"{r.lookup_tokens_per_s:.1f} tokens/s (its AR {r.ar_tokens_per_s:.1f}); "
                      f"{r.lookup_over_own_ar:.2f}x over its own AR (95% CI {ci(r.lo, r.hi)})", "implementations.parquet"))

@@ -93,14 +93,17 @@ def load_tokenizer(path: Path = TOKENIZER_DIR):
 
 
 def _cached_stream(name: str, texts, tokenizer) -> np.ndarray:
-    """Texts tokenized and joined by EOS, cached as build/tokens_<name>.npy (texts is only read on a miss)."""
+    """Texts tokenized and joined by EOS, cached as build/tokens_<name>.npy (texts is only read on a miss);
+    another tokenizer than the project's gets a cache of its own."""
+    if len(tokenizer) != VOCAB:
+        name = f"{name}_{Path(tokenizer.name_or_path).name}_{len(tokenizer)}"
     cache = REPO / "build" / f"tokens_{name}.npy"
     if cache.exists():
         return np.load(cache)
     ids = []
     for text in texts():
         ids.extend(tokenizer(text)["input_ids"] + [tokenizer.eos_token_id])
-    arr = np.asarray(ids, dtype=np.int16 if VOCAB < 2**15 else np.int32)
+    arr = np.asarray(ids, dtype=np.int16 if len(tokenizer) < 2**15 else np.int32)
     cache.parent.mkdir(parents=True, exist_ok=True)
     np.save(cache, arr)
     return arr

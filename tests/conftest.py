@@ -121,3 +121,14 @@ def smoke_run(tmp_path_factory):
             lock.release()
         return root
     return run_once
+
+
+# `make test-fast` runs `-m "not slow"`: everything but the notebook smoke runs, the book and browser tests,
+# the Ray sweeps and the tests marked slow by hand (long statistical tests).
+SLOW_MODULES = {"test_book.py", "test_sweep.py"}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.path.name in SLOW_MODULES or "smoke_run" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.slow)

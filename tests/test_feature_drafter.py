@@ -18,6 +18,7 @@ from transformers import Qwen3_5ForCausalLM
 
 import speclib
 from speclib import FeatureDrafter, FeatureLM, Sampling, generate
+from speclib.drafters import frequent_tokens
 from speclib.heads import fit, load_head, new_head, save_head, target_pass, unrolled_states
 from speclib.models.hybrid import HybridLM, tiny_config
 from speclib.stats import chi2_two_sample
@@ -174,6 +175,50 @@ def test_chi_square_ar_vs_feature_sd(llama, tree):
     def accept_first(t, p, greedy, gen):          # keeps the first drafted node whatever p says: not lossless
         return ([0], speclib.sampling.sample(p[1], gen)) if len(t) else ([], speclib.sampling.sample(p[0], gen))
     assert chi2_two_sample(ar, token_at(d, 10**6, accept_first)).p < 1e-3
+
+
+# --- FR-Spec: a truncated drafting vocabulary ----------------------------------------------------
+def test_truncated_vocab_scores_are_the_full_heads_rows(llama):
+    """HeadLM.scores with vocab = the full LM head's logits on those rows (the slow twin), -inf elsewhere;
+    frequent_tokens ranks by count with ties broken by id."""
+    target, _, head = llama
+    rows = torch.tensor([0, 5, 6, 31, 63])
+    d = FeatureDrafter(target, head, k=3, vocab=rows)
+    h = torch.randn(4, target.hidden_size)
+    full = target.frozen_parts()[2](h).float()
+    got = d.lm.scores(h)
+    torch.testing.assert_close(got[:, rows], full[:, rows])
+    mask = torch.ones(target.vocab_size, dtype=torch.bool)
+    mask[rows] = False
+    assert torch.isinf(got[:, mask]).all() and (got[:, mask] < 0).all()
+    assert frequent_tokens(torch.tensor([3, 9, 3, 0, 9]), 3).tolist() == [0, 1, 4]   # 9, 9, then the first 3
+    assert frequent_tokens(torch.tensor([1, 0, 2, 2]), 2).tolist() == [2, 3]
+
+
+@pytest.mark.parametrize("tree", [None, 6], ids=["chain", "tree"])
+def test_truncated_vocab_stays_lossless(llama, tree):
+    """A drafting vocabulary that leaves out half the tokens, among them some AR picks: greedy output still
+    equals AR; at temperature 1 the token at new-token index 4 over 800 seeded runs passes the two-sample
+    chi-square against AR (alpha = 1e-3)."""
+    target, _, head = llama
+    ar_runs = [generate(target, p, 30, sampling=GREEDY).tokens for p in PROMPTS]
+    picked = sorted({t for r in ar_runs for t in r})
+    vocab = [t for t in range(target.vocab_size) if t % 2 == 0]
+    assert set(picked) - set(vocab)                             # some target tokens cannot be drafted
+    d = FeatureDrafter(target, head, k=3, tree=tree, vocab=vocab)
+    accepted = 0
+    for p, ar in zip(PROMPTS, ar_runs):
+        sd = generate(target, p, 30, drafter=d, sampling=GREEDY)
+        assert sd.tokens == ar
+        accepted += sum(s["accepted"] for s in sd.stats["steps"])
+    assert accepted > 0
+    ar_t = [generate(target, [3, 1, 4], 5, sampling=T1, seed=s).tokens[4] for s in range(800)]
+    sd_t = [generate(target, [3, 1, 4], 5, drafter=d, sampling=T1, seed=10**6 + s).tokens[4] for s in range(800)]
+    assert chi2_two_sample(ar_t, sd_t).p > 1e-3
+    with pytest.raises(ValueError, match="vocab"):
+        FeatureDrafter(target, head, vocab=[1, 1, 2])
+    with pytest.raises(ValueError, match="vocab"):
+        FeatureDrafter(target, head, vocab=[target.vocab_size])
 
 
 # --- bad input --------------------------------------------------------------------------------------

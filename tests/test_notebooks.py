@@ -270,13 +270,19 @@ def test_07_spec_bench_smoke(smoke_run):
     withci = table[table.lo.notna()]                       # a task with one turn has no interval
     assert len(withci) and ci_contains(withci.speedup, withci.lo, withci.hi)
     # Spec-Bench's ratio, recomputed from the saved runs: mean tokens/s of the method over AR's
-    runs = pd.read_parquet(res / "runs.parquet")
     ov = table[table.task == "overall"].set_index("method")
-    for m in ov.index:
-        assert np.isclose(ov.spec_bench_ratio[m], runs[runs.method == m].tokens_per_s.mean() / runs[runs.method == "AR"].tokens_per_s.mean())
+    heads = ["feature head", "feature head + FR-Spec"]
+    assert set(heads) <= set(ov.index)                     # the trained head, in a step of its own
+    for name, methods in (("runs", [m for m in ov.index if m not in heads]), ("head_runs", heads)):
+        runs = pd.read_parquet(res / f"{name}.parquet")
+        for m in methods:                                  # each step's methods over that step's own AR
+            assert np.isclose(ov.spec_bench_ratio[m], runs[runs.method == m].tokens_per_s.mean() / runs[runs.method == "AR"].tokens_per_s.mean())
     ident = pd.read_parquet(res / "identity.parquet").set_index("method")
-    assert (ident.identical[["prompt lookup", "suffix"]] == ident.turns[["prompt lookup", "suffix"]]).all()
-    assert (ov.tokens_per_step[["prompt lookup", "suffix"]] >= 1).all()
+    lossless = ["prompt lookup", "suffix"] + heads
+    assert (ident.identical[lossless] == ident.turns[lossless]).all()
+    assert (ov.tokens_per_step[lossless] >= 1).all()
+    cost = pd.read_parquet(res / "head_cost.parquet").set_index("method")
+    assert (cost.c > 0).all() and set(cost.chosen_k) <= {2}  # SMOKE tries k = 2 only
     chi = pd.read_parquet(res / "chi2.parquet")
     assert set(chi.method) == {"prompt lookup", "suffix", "AR (negative control)"} and chi.p_permutation.between(0, 1).all()
     assert (out / "figures" / "07_spec_bench_tasks.png").stat().st_size > 10_000

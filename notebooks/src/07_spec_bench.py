@@ -55,6 +55,9 @@ PILOT_PER_TASK = 1      # pilot questions per task: every tuned setting is chose
 MAX_NEW_TOKENS = 128    # per turn (Spec-Bench allows 1024; answers that end earlier stop at EOS)
 LOOKUP_GRID = [[2, 4], [2, 8], [3, 8], [2, 12]]   # prompt lookup (max n-gram, k) settings tried on the pilot
 SUFFIX_GRID = [8, 16]   # suffix tree: longest draft tried on the pilot
+HEAD = "smollm2-135m-instruct-head"   # a feature head trained for TARGET (None: no trained-draft rows)
+HEAD_KS = [2, 3, 4]     # the head's draft lengths tried on the pilot
+FR_VOCAB = 8192         # FR-Spec: the head drafts from the FR_VOCAB most frequent tokens (None: full vocabulary only)
 LATENCY_REPEATS = 15
 CHI2_TOKENS = 4600      # tokens per method for the temperature-1 test (half of notebook 01's 9,200)
 THREADS = 1             # torch and llama.cpp threads; 1 keeps timings steady on 2 cores (notebook 05)
@@ -72,13 +75,14 @@ from scipy.stats import spearmanr
 import speclib
 from speclib import PromptLookupDrafter, Sampling, SuffixDrafter, bench, generate, peers, pretrained, results, spec_bench, stats
 from speclib.device import REPO
+from speclib.heads import token_counts
 from speclib.loading import describe
 from speclib.plotting import savefig, style
 from speclib.study import Study
 
 if SMOKE:
     PER_TASK, PILOT_PER_TASK, MAX_NEW_TOKENS, LATENCY_REPEATS, CHI2_TOKENS = 1, 1, 12, 3, 120
-    LOOKUP_GRID, SUFFIX_GRID = [[2, 4], [2, 8]], [8]
+    LOOKUP_GRID, SUFFIX_GRID, HEAD_KS = [[2, 4], [2, 8]], [8], [2]
 NB = "07_spec_bench"
 GREEDY, T1 = Sampling(0.0), Sampling(1.0)
 style()
@@ -240,6 +244,66 @@ saved = study.step("benchmark", benchmark_runs, uses=QUESTION_SET + ["LOOKUP_GRI
 runs, outputs = saved["runs"], saved["outputs"]
 tasks = {i: t[1] for i, t in enumerate(reported_turns)}
 table = spec_bench.task_table(runs, tasks)
+
+# %% [markdown]
+# ### A trained draft: the feature head, with and without a truncated vocabulary
+# The cache drafters cost almost nothing but only copy. A feature head (notebook 02's EAGLE-style head:
+# one decoder layer over SmolLM2's own hidden states, trained by `python -m speclib.train head`) predicts
+# new text, but each of its draft steps runs the 576 × 49,152 output layer, the share of a pass measured
+# in section 1. FR-Spec drafts from the most frequent tokens only (counted on the head's training data):
+# the output layer shrinks by 49,152 / `FR_VOCAB`, at the cost of never proposing a rarer token (the
+# target still verifies over every token, so output is unchanged). The draft length k is chosen on the
+# pilot turns for each, then both run paired with AR on the reported turns, in a step of their own.
+
+# %%
+def ar_run(ids, i):
+    target.record_features(None)        # AR pays nothing for the features only the head reads
+    return generate(target, ids, MAX_NEW_TOKENS, sampling=GREEDY)
+
+def head_methods(ks):
+    """AR and, per k, the head over the whole vocabulary and (FR_VOCAB) over the frequent tokens; each drafter
+    is built once and switches the target's feature recording back on before its run (re-allocating the
+    feature buffer after an AR run: a cost charged to the head)."""
+    head = speclib.load_head(HEAD)
+    vocabs = {"head": None} | ({"head+FR": speclib.drafters.frequent_tokens(token_counts(HEAD), FR_VOCAB)} if FR_VOCAB else {})
+    methods = {"AR": ar_run}
+    for k in ks:
+        for kind, vocab in vocabs.items():
+            d = speclib.FeatureDrafter(target, head, k=k, vocab=vocab)
+            def run(ids, i, d=d):
+                target.record_features(head.feature_layers)
+                return generate(target, ids, MAX_NEW_TOKENS, drafter=d, sampling=GREEDY)
+            methods[f"{kind} k={k}"] = run
+    return methods
+
+def head_runs():
+    pilot_ = bench.paired_runs([t[0] for t in pilot_turns], head_methods(HEAD_KS))
+    ratio = {m: bench.speedup(pilot_, m)["total_ratio"] for m in pilot_.method.unique() if m != "AR"}
+    best = {kind: max(HEAD_KS, key=lambda k: ratio.get(f"{kind} k={k}", -1)) for kind in ("head", "head+FR")}
+    methods = {"AR": ar_run, "feature head": head_methods([best["head"]])[f"head k={best['head']}"]}
+    if FR_VOCAB:
+        methods["feature head + FR-Spec"] = head_methods([best["head+FR"]])[f"head+FR k={best['head+FR']}"]
+    outputs_ = {}
+    runs_ = bench.paired_runs([t[0] for t in reported_turns], {m: recorded(m, f, outputs_) for m, f in methods.items()})
+    toks = pd.DataFrame([dict(prompt=i, method=m, tokens=list(map(int, t))) for (i, m), t in outputs_.items()])
+    target.record_features(None)
+    return {"head_pilot": pilot_.assign(**meta), "head_runs": runs_.assign(chosen_k=runs_.method.map(
+                {"feature head": best["head"], "feature head + FR-Spec": best["head+FR"]}), **meta),
+            "head_outputs": toks.assign(**meta)}
+
+if HEAD:
+    hsaved = study.step("head", head_runs, uses=QUESTION_SET + ["HEAD", "HEAD_KS", "FR_VOCAB", "THREADS"])
+    hruns = hsaved["head_runs"]
+    head_table = spec_bench.task_table(hruns, tasks)
+    table = pd.concat([table, head_table], ignore_index=True)
+    hpilot = bench.speedup_table(hsaved["head_pilot"])[["method", "speedup", "lo", "hi", "total_ratio", "tokens_per_call"]]
+    display(Markdown("Pilot turns (the draft length k with the highest pooled ratio is kept):"))
+    display(hpilot.round(3))
+    head_cost = pd.DataFrame([dict(method=m, chosen_k=int(hruns[hruns.method == m].chosen_k.iloc[0]),
+                                   **bench.loop_costs(hruns, m)) for m in hruns.method.unique() if m != "AR"])
+    results.save(head_cost.assign(**meta), f"{NB}/head_cost")
+    display(head_cost.round(3))
+    outputs = pd.concat([outputs, hsaved["head_outputs"][hsaved["head_outputs"].method != "AR"]], ignore_index=True)
 results.save(table.assign(**meta), f"{NB}/task_table")
 order = [*dict.fromkeys(tasks.values()), "overall"]
 show = table.pivot(index="method", columns="task", values="speedup")[order]
@@ -249,7 +313,8 @@ overall = table[table.task == "overall"].set_index("method")
 display(overall[["speedup", "lo", "hi", "spec_bench_ratio", "tokens_per_step", "identical", "runs"]].round(3))
 
 fig, ax = plt.subplots(figsize=(8, 3.6))
-mine = ["prompt lookup", "suffix", "transformers prompt lookup"] + (["llama.cpp prompt lookup"] if gguf else [])
+mine = ["prompt lookup", "suffix", "transformers prompt lookup"] + (["llama.cpp prompt lookup"] if gguf else []) \
+    + [m for m in ("feature head", "feature head + FR-Spec") if m in set(table.method)]
 width = 0.8 / len(mine)
 for j, m in enumerate(mine):
     sub = table[table.method == m].set_index("task").reindex(order)
@@ -291,7 +356,7 @@ for m in tok.columns:
 identity = pd.DataFrame(identity)
 results.save(identity.assign(**meta), f"{NB}/identity")
 display(identity.round(3))
-speclib_methods = ["prompt lookup", "suffix"]
+speclib_methods = ["prompt lookup", "suffix"] + [m for m in ("feature head", "feature head + FR-Spec") if m in tok.columns]
 assert all(identity.set_index("method").identical[m] == len(tok) for m in speclib_methods), "a speclib method changed the greedy output"
 cpp_row = identity.set_index("method").loc["llama.cpp AR"] if "llama.cpp AR" in tok.columns else None
 if cpp_row is not None:
@@ -415,6 +480,14 @@ lines = [
     f"which is why k was chosen on the pilot questions ({best_lookup[1]}).",
     f"* Greedy output of every speclib method equals AR's on all {len(tok)} turns.",
 ]
+if HEAD:
+    hc = head_cost.set_index("method")
+    lines.append(f"* The trained feature head: {overall.speedup['feature head']:.2f}x over AR with "
+                 f"{overall.tokens_per_step['feature head']:.2f} tokens per target step (k = {hc.chosen_k['feature head']}), "
+                 f"its draft step costing c = {hc.c['feature head']:.2f} target passes"
+                 + (f"; drafting from the {FR_VOCAB} most frequent tokens (FR-Spec) brings c to "
+                    f"{hc.c['feature head + FR-Spec']:.2f} and the speedup to {overall.speedup['feature head + FR-Spec']:.2f}x "
+                    f"({overall.tokens_per_step['feature head + FR-Spec']:.2f} tokens per step)." if FR_VOCAB else "."))
 if "llama.cpp" in sp.index:
     lines.append(f"* Against the engines: speclib's prompt lookup at "
                  f"{sp.lookup_tokens_per_s['speclib'] / sp.lookup_tokens_per_s['transformers']:.2f}x transformers' and "

@@ -2,12 +2,12 @@
 `observe(accepted_tokens)`, `check_compatible(target)`."""
 from .branches import BranchSkipLM
 from .cache import PromptLookupDrafter, SuffixDrafter
-from .feature import FeatureDrafter, HeadLM
+from .feature import FeatureDrafter, HeadLM, frequent_tokens
 from .hybrid import Costs, HybridDrafter, PayoffPredictor
 from .layers import ExitAdapter, LayerSkipDrafter
 from .model import ModelDrafter, SelfDrafter
 from .tree import TreeDrafter
 
-__all__ = ["Costs", "FeatureDrafter", "HeadLM", "HybridDrafter", "ModelDrafter", "PayoffPredictor", "PromptLookupDrafter", "SelfDrafter",
+__all__ = ["Costs", "FeatureDrafter", "HeadLM", "frequent_tokens", "HybridDrafter", "ModelDrafter", "PayoffPredictor", "PromptLookupDrafter", "SelfDrafter",
            "SuffixDrafter", "TreeDrafter"]
 __all__ += ["BranchSkipLM", "ExitAdapter", "LayerSkipDrafter"]

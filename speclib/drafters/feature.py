@@ -27,9 +27,11 @@ class HeadLM(BaseLM):
     Slot 0 (token 0 has no earlier feature) is never attended. reset(prompt) fills slots 1..N-1 from the
     target's features of the prompt (the target must have been reset on it, recording features)."""
 
-    def __init__(self, head, target: FeatureLM):
+    def __init__(self, head, target: FeatureLM, vocab: torch.Tensor | None = None):
         self.head, self.target = head, target
         self.embed, self.norm, self.lm_head = target.frozen_parts()
+        # FR-Spec: score only `vocab` (token ids) through the LM head's rows, -inf elsewhere
+        self.rows = None if vocab is None else torch.as_tensor(vocab, device=target.device).long()
         self.tokenizer, self.device, self.max_length = target.tokenizer, target.device, target.max_length
         self.dtype = next(target.frozen_parts()[2].parameters()).dtype
         head.to(device=self.device, dtype=self.dtype).eval()
@@ -81,7 +83,15 @@ class HeadLM(BaseLM):
         o = F.scaled_dot_product_attention(q, self.kv[0, :, :end][None], self.kv[1, :, :end][None], attn_mask=allowed)
         h = self.head.layer.finish(x, o)
         self.hidden[start:end] = h[0]
-        return self.lm_head(self.norm(h))[0].float()
+        return self.scores(self.norm(h)[0])
+
+    def scores(self, normed: torch.Tensor) -> torch.Tensor:
+        """Logits [n, V] of normed states [n, d]: the full LM head, or (FR-Spec) only its `vocab` rows."""
+        if self.rows is None:
+            return self.lm_head(normed).float()
+        out = torch.full((normed.shape[0], self.vocab_size), float("-inf"), device=normed.device)
+        out[:, self.rows] = F.linear(normed, self.lm_head.weight[self.rows]).float()
+        return out
 
     @torch.inference_mode()
     def commit(self, path) -> None:
@@ -105,10 +115,15 @@ class FeatureDrafter:
     recording on (for the head's layers), so build it before decoding. Draft tokens come from the
     head's distribution processed by the target's Sampling (or `sampling`), with the run's generator.
     observe() keeps only the head's slots computed from the target's true features: drafted slots
-    (computed from the head's own states) are recomputed from true features on the next draft."""
+    (computed from the head's own states) are recomputed from true features on the next draft.
+
+    vocab: token ids the head may draft (FR-Spec: e.g. the most frequent ones, `frequent_tokens`); the
+    LM head then scores only those rows, a large share of a draft step for a big vocabulary. Drafting
+    stays lossless: the target verifies over its whole vocabulary, and a token outside `vocab` simply
+    has draft probability 0 (the residual distribution gives it its full target probability)."""
 
     def __init__(self, target: LM, head, k: int = 4, tree: int | None = None, top: int = 4,
-                 sampling: Sampling | None = None):
+                 sampling: Sampling | None = None, vocab=None):
         if not isinstance(k, int) or isinstance(k, bool) or k < 1:
             raise ValueError(f"k (draft depth) must be an int >= 1, got {k!r}")
         if tree is not None and (not isinstance(tree, int) or isinstance(tree, bool) or tree < 1):
@@ -118,7 +133,12 @@ class FeatureDrafter:
         self.target, self.head, self.k = target, head, k
         self._check_target(target)
         target.record_features(head.feature_layers)
-        self.lm = HeadLM(head, target)
+        if vocab is not None:
+            vocab = torch.as_tensor(vocab).long()
+            if vocab.ndim != 1 or vocab.numel() == 0 or int(vocab.min()) < 0 or int(vocab.max()) >= target.vocab_size \
+                    or vocab.unique().numel() != vocab.numel():
+                raise ValueError(f"vocab must be distinct token ids in [0, {target.vocab_size}), got {vocab.numel()} ids")
+        self.lm = HeadLM(head, target, vocab)
         self.inner = (ModelDrafter(self.lm, k, sampling) if tree is None else
                       TreeDrafter(self.lm, budget=tree, expand="confidence", depth=k, top=top, sampling=sampling))
 
@@ -165,3 +185,11 @@ class FeatureDrafter:
         """Commit the tail fed from true features; the accepted drafted tokens are re-fed next time."""
         self.lm.commit(list(range(self.inner.n_tail)))
         self.inner.fed += self.inner.n_tail
+
+
+def frequent_tokens(counts, n: int) -> torch.Tensor:
+    """The `n` most frequent token ids of `counts` [V] (ties by id): FR-Spec's drafting vocabulary."""
+    counts = torch.as_tensor(counts, dtype=torch.float64)
+    if not 1 <= n <= counts.numel():
+        raise ValueError(f"n must be in [1, {counts.numel()}], got {n}")
+    return torch.argsort(-counts, stable=True)[:n].sort().values

@@ -1,0 +1,31 @@
+"""Every committed notebook is what tools/nbbuild.py builds from its source in notebooks/src/: an edit made
+in JupyterLab and not carried back to the source (or the reverse) fails here."""
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from speclib.device import REPO
+
+sys.path.insert(0, str(REPO / "tools"))
+import nbbuild  # noqa: E402
+
+SOURCES = sorted((REPO / "notebooks" / "src").glob("[0-9][0-9]_*.py"))
+
+
+def test_every_notebook_has_a_source():
+    built = {p.stem for p in (REPO / "notebooks").glob("[0-9][0-9]_*.ipynb")}
+    assert built == {p.stem for p in SOURCES}
+
+
+@pytest.mark.parametrize("src", SOURCES, ids=lambda p: p.stem)
+def test_notebook_rebuilds_from_its_source(src: Path, tmp_path):
+    nbbuild.build(str(src), str(tmp_path / "nb.ipynb"))
+    fresh = nbformat.read(tmp_path / "nb.ipynb", 4)
+    committed = nbformat.read(REPO / "notebooks" / f"{src.stem}.ipynb", 4)
+    assert [(c.cell_type, c.source) for c in committed.cells] == [(c.cell_type, c.source) for c in fresh.cells], (
+        f"notebooks/{src.stem}.ipynb differs from its source: "
+        f"python tools/nbbuild.py {src.relative_to(REPO)} notebooks/{src.stem}.ipynb")
+    assert committed.metadata == fresh.metadata
+    assert all(not c.get("outputs") for c in committed.cells), "committed notebooks carry no outputs"
