@@ -158,6 +158,21 @@ def stream(target: str, split: str) -> np.ndarray:
     return np.asarray(ids, dtype=np.int32)
 
 
+def prompt_stream(target: str, split: str, n: int = 4000, seed: int = 0) -> np.ndarray:
+    """`instructions(split, n)` through the target's chat template, without answers, joined into one token
+    stream (int32): text in the chat format that costs no generation. A draft distilled from the target's
+    distribution learns from any text; the answers (`stream`) are the part that looks like its output."""
+    from transformers import AutoTokenizer
+
+    from . import pretrained
+    tok = AutoTokenizer.from_pretrained(pretrained.materialize(target))
+    ids = []
+    for r in instructions(split, n, seed):
+        ids += tok.apply_chat_template([{"role": "user", "content": r["prompt"]}], add_generation_prompt=True,
+                                       tokenize=True, return_dict=False) + [tok.eos_token_id]
+    return np.asarray(ids, dtype=np.int32)
+
+
 def main(argv=None) -> None:
     import argparse
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

@@ -27,6 +27,7 @@ WEIGHTS = "head.safetensors"
 COUNTS = "token_counts.npy"          # the training stream's token frequencies (FR-Spec)
 STEP_DECAY = 0.8             # weight of unrolled step s in the loss: STEP_DECAY ** (s - 1)
 FEATURE_WEIGHT = 0.2         # weight of the feature-regression term beside the distribution term
+PROMPT_MIX = 0.5             # a pretrained target's head: share of each batch from instructions without answers
 
 
 class HeadLayer(nn.Module):
@@ -298,23 +299,27 @@ def train_head(target_name: str, out=None, minutes: float = 30, steps: int = 200
     lm = load(target_name, device="cpu", dtype=torch.float32)
     out = Path(out) if out is not None else CHECKPOINTS / f"{Path(target_name).name}-head"
     preset = T.PRESETS.get(target_name, {})
-    if target_name in pretrained.MODELS:        # its own answers to instructions (speclib.chat_data)
+    extra, mix = (T.workload_stream("train", lm.tokenizer), preset["mix"]) if preset.get("mix") else (None, 0.0)
+    if target_name in pretrained.MODELS:
+        # its own answers to instructions, and (half of each batch) more instructions without answers
         train_s, held_s = chat_data.stream(target_name, "train"), chat_data.stream(target_name, "heldout")
+        extra, mix = chat_data.prompt_stream(target_name, "train"), PROMPT_MIX
     elif target_name in T.PRESETS:
         train_s, held_s = T.streams(target_name, lm.tokenizer)
     else:
         train_s, held_s = T.token_stream("train", lm.tokenizer), T.token_stream("heldout", lm.tokenizer)
-    extra = T.workload_stream("train", lm.tokenizer) if preset.get("mix") else None
     head = new_head(lm, Path(target_name).name, layers, seed)
     st = fit(lm, head, train_s, held_s, T.STATE / out.name, steps=steps, minutes=minutes, batch=batch, seq=seq,
              unroll=unroll, lr=lr, seed=seed, autocast=autocast, eval_every=eval_every, extra=extra,
-             mix=preset.get("mix", 0.0), log=lambda m: print(m, flush=True))
+             mix=mix, log=lambda m: print(m, flush=True))
     save_head(head, out)
-    np.save(out / COUNTS, np.bincount(train_s.astype(np.int64), minlength=head.config["vocab_size"]).astype(np.int64))
+    seen = np.concatenate([train_s] + ([extra] if extra is not None else [])).astype(np.int64)
+    np.save(out / COUNTS, np.bincount(seen, minlength=head.config["vocab_size"]).astype(np.int64))
     knobs = dict(unroll=unroll, batch=batch, seq=seq, lr=lr)
     if target_name in pretrained.MODELS:
         knobs["data"] = (f"the target's own greedy answers to instructions built from the standard library's "
-                         f"docstrings (`speclib.chat_data`; {len(train_s) / 1e6:.2f}M tokens)")
+                         f"docstrings (`speclib.chat_data`; {len(train_s) / 1e6:.2f}M tokens), half of each batch from "
+                         f"{len(extra) / 1e6:.2f}M tokens of further instructions in its chat template without answers")
     write_card(out, head, st, knobs)
     return out
 

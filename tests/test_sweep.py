@@ -23,6 +23,14 @@ pytestmark = pytest.mark.xdist_group("ray")
 PROBE = REPO / "tests" / "notebooks" / "sweep_probe.ipynb"
 
 
+def test_ray_tests_are_grouped_in_one_worker(request):
+    """Under `--dist loadgroup` the group must reach the scheduler (pytest-xdist appends it to the node id;
+    pytest 9.2 ignored that, and a two-node test's `ray stop --force` killed the other worker's Ray)."""
+    if not request.config.getvalue("loadgroup"):
+        pytest.skip("not running under pytest-xdist --dist loadgroup")
+    assert request.node.nodeid.endswith("@ray"), request.node.nodeid
+
+
 @pytest.fixture(autouse=True)
 def no_cluster_in_env(monkeypatch):
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
