@@ -166,13 +166,19 @@ def unrolled_attention(q: torch.Tensor, keys: list, values: list) -> torch.Tenso
 
 
 @torch.no_grad()
-def target_pass(model, x: torch.Tensor, layers, autocast: bool):
+def target_pass(model, x: torch.Tensor, layers, autocast: bool, rows: torch.Tensor | None = None):
     """The target once over a batch x [B, T+1]: features [B, T+1, F], final normed state [B, T+1, d] and
-    log-probabilities [B, T+1, V], all fp32; the expensive part of training, computed once per batch."""
+    log-probabilities [B, T+1, V], all fp32; the expensive part of training, computed once per batch.
+    rows: score only these token ids (a truncated vocabulary): log-probabilities [B, T+1, len(rows)] of
+    the target's distribution renormalized over them, which is the softmax of those rows' logits."""
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
-        out = model(input_ids=x, output_hidden_states=True)
-    hs = out.hidden_states
-    return torch.cat([hs[l] for l in layers], -1).float(), hs[-1].float(), F.log_softmax(out.logits.float(), -1)
+        if rows is None:
+            out = model(input_ids=x, output_hidden_states=True)
+            hs, logits = out.hidden_states, out.logits
+        else:
+            hs = model.model(input_ids=x, output_hidden_states=True).hidden_states
+            logits = F.linear(hs[-1], model.lm_head.weight[rows])
+    return torch.cat([hs[l] for l in layers], -1).float(), hs[-1].float(), F.log_softmax(logits.float(), -1)
 
 
 def unrolled_states(head: FeatureHead, embed, x: torch.Tensor, feats: torch.Tensor, unroll: int) -> list:
@@ -194,19 +200,21 @@ def unrolled_states(head: FeatureHead, embed, x: torch.Tensor, feats: torch.Tens
     return states
 
 
-def unrolled_loss(head: FeatureHead, parts, x, feats, top, logp, unroll: int):
+def unrolled_loss(head: FeatureHead, parts, x, feats, top, logp, unroll: int, rows: torch.Tensor | None = None):
     """Loss over a batch x [B, T+1] given the target's pass (feats, top, logp): per draft step s, the
     cross-entropy to the target's distribution at slot j's position + FEATURE_WEIGHT x a smooth-L1
     regression of the normed output onto the target's final normed state there, over the slots whose
     anchor exists (j >= s), weighted STEP_DECAY ** (s - 1). Returns (loss, per-step cross-entropy,
-    per-step top-1 agreement with the target)."""
+    per-step top-1 agreement with the target). rows: the truncated vocabulary `target_pass` scored (the
+    head's distribution over the same rows; agreement is then within them)."""
     embed, norm, lm_head = parts
+    weight = lm_head.weight if rows is None else lm_head.weight[rows]
     B, T = x.shape[0], x.shape[1] - 1
     p = logp[:, 1:].exp()
     total, ces, agree = 0.0, [], []
     for s, h in enumerate(unrolled_states(head, embed, x, feats, unroll), 1):
         normed = norm(h)
-        logq = F.log_softmax(lm_head(normed).float(), -1)
+        logq = F.log_softmax(F.linear(normed, weight).float(), -1)
         valid = (torch.arange(T, device=x.device) >= s - 1).float()[None].expand(B, T)
         ce = -(p * logq).sum(-1)
         reg = F.smooth_l1_loss(normed.float(), top[:, 1:], reduction="none").mean(-1)
@@ -219,10 +227,12 @@ def unrolled_loss(head: FeatureHead, parts, x, feats, top, logp, unroll: int):
 def fit(target, head: FeatureHead, train: np.ndarray, held: np.ndarray, state_dir, *, steps: int = 2000,
         minutes: float = 30, batch: int = 8, seq: int = 256, unroll: int = 3, lr: float = 1e-3, seed: int = 0,
         autocast: bool = True, eval_every: int = 100, n_eval: int = 16, extra: np.ndarray | None = None,
-        mix: float = 0.0, log=print) -> dict:
+        mix: float = 0.0, rows: torch.Tensor | None = None, log=print) -> dict:
     """Train `head` on `target`'s features over token streams; resumable (state_dir/state.pt, written at
     least every train.SAVE_EVERY_S seconds and at the end, resumed when present). Stops after `steps`
-    steps in all or `minutes` in this call. Returns the run's record (steps, tokens, seconds, held-out)."""
+    steps in all or `minutes` in this call. rows: train over these token ids only (FR-Spec's drafting
+    vocabulary: the target's distribution renormalized over them; the output layer's cost in training
+    shrinks by V / len(rows)). Returns the run's record (steps, tokens, seconds, held-out)."""
     from .train import SAVE_EVERY_S, batch as sample_batch, lr_at
     parts = target.frozen_parts()
     for m in parts:
@@ -244,7 +254,7 @@ def fit(target, head: FeatureHead, train: np.ndarray, held: np.ndarray, state_di
     def evaluate() -> dict:
         head.eval()
         with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
-            runs = [unrolled_loss(head, parts, xb, *target_pass(model, xb, layers, autocast), unroll)[1:]
+            runs = [unrolled_loss(head, parts, xb, *target_pass(model, xb, layers, autocast, rows), unroll, rows)[1:]
                     for xb in held_x.split(batch)]
         head.train()
         return {"step": st["step"], "tokens": st["tokens"], "ce": [round(float(np.mean(c)), 4) for c in zip(*(r[0] for r in runs))],
@@ -265,9 +275,9 @@ def fit(target, head: FeatureHead, train: np.ndarray, held: np.ndarray, state_di
         x = sample_batch(train, batch - n_mix, seq, gen)
         if n_mix:
             x = torch.cat([x, sample_batch(extra, n_mix, seq, gen)])
-        target_out = target_pass(model, x, layers, autocast)
+        target_out = target_pass(model, x, layers, autocast, rows)
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):     # AMX / bf16 units: ~3x
-            loss, ces, agree = unrolled_loss(head, parts, x, *target_out, unroll)
+            loss, ces, agree = unrolled_loss(head, parts, x, *target_out, unroll, rows)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
@@ -288,11 +298,13 @@ def fit(target, head: FeatureHead, train: np.ndarray, held: np.ndarray, state_di
 
 def train_head(target_name: str, out=None, minutes: float = 30, steps: int = 2000, batch: int = 8, seq: int = 256,
                unroll: int = 3, lr: float = 1e-3, layers=None, seed: int = 0, autocast: bool = True,
-               eval_every: int = 100) -> Path:
+               eval_every: int = 100, vocab: int | None = None) -> Path:
     """Train (or resume) the head of a shipped target on the target's own training split (the preset's
     streams in `speclib.train`, its workload mix included) and write data/checkpoints/<target>-head/
     (or `out`) with a MODEL_CARD.md. State in build/train/<out name>/. A pretrained target
-    (`speclib.pretrained`) trains on its own chat answers: run `python -m speclib.chat_data NAME` first."""
+    (`speclib.pretrained`) trains on its own chat answers: run `python -m speclib.chat_data NAME` first.
+    vocab: train over the `vocab` most frequent tokens of the training data only (config "train_vocab";
+    draft with `FeatureDrafter(vocab=frequent_tokens(token_counts(head), vocab))`)."""
     from . import chat_data, pretrained
     from . import train as T
     from .loading import load
@@ -309,13 +321,23 @@ def train_head(target_name: str, out=None, minutes: float = 30, steps: int = 200
     else:
         train_s, held_s = T.token_stream("train", lm.tokenizer), T.token_stream("heldout", lm.tokenizer)
     head = new_head(lm, Path(target_name).name, layers, seed)
+    seen = np.concatenate([train_s] + ([extra] if extra is not None else [])).astype(np.int64)
+    counts = np.bincount(seen, minlength=head.config["vocab_size"]).astype(np.int64)
+    rows = None
+    if vocab is not None:
+        from .drafters import frequent_tokens
+        rows = frequent_tokens(counts, vocab)
+        head.config["train_vocab"] = int(vocab)
     st = fit(lm, head, train_s, held_s, T.STATE / out.name, steps=steps, minutes=minutes, batch=batch, seq=seq,
              unroll=unroll, lr=lr, seed=seed, autocast=autocast, eval_every=eval_every, extra=extra,
-             mix=mix, log=lambda m: print(m, flush=True))
+             mix=mix, rows=rows, log=lambda m: print(m, flush=True))
     save_head(head, out)
-    seen = np.concatenate([train_s] + ([extra] if extra is not None else [])).astype(np.int64)
-    np.save(out / COUNTS, np.bincount(seen, minlength=head.config["vocab_size"]).astype(np.int64))
+    np.save(out / COUNTS, counts)
     knobs = dict(unroll=unroll, batch=batch, seq=seq, lr=lr)
+    if rows is not None:
+        knobs["vocab"] = (f"over the {vocab} most frequent tokens of the training data only ({seen[np.isin(seen, rows.numpy())].size / seen.size:.1%} "
+                          f"of its tokens; the target's distribution renormalized over them; draft with "
+                          f"`FeatureDrafter(vocab=frequent_tokens(token_counts(...), {vocab}))`)")
     if target_name in pretrained.MODELS:
         knobs["data"] = (f"the target's own greedy answers to instructions built from the standard library's "
                          f"docstrings (`speclib.chat_data`; {len(train_s) / 1e6:.2f}M tokens), half of each batch from "
@@ -346,7 +368,7 @@ layer (hidden {c['hidden_size']}, {c['num_heads']} heads, MLP {c['intermediate_s
 final norm and LM head. {n_params / 1e6:.2f}M parameters of its own, stored in bf16. See docs/feature_drafting.md.
 
 - Command: `python -m speclib.train {' '.join(sys.argv[1:]) or 'head ' + c['target']}` (resumable).
-- Objective: cross-entropy to the target's next-token distribution + {FEATURE_WEIGHT} x smooth-L1 regression onto
+- Objective: cross-entropy to the target's next-token distribution{' ' + knobs['vocab'] if 'vocab' in knobs else ''} + {FEATURE_WEIGHT} x smooth-L1 regression onto
   the target's final normed state, over {knobs['unroll']} unrolled draft steps (step s weighted {STEP_DECAY}^(s-1));
   batches of {knobs['batch']} x {knobs['seq']} tokens from {knobs.get('data', "the target's training split")}, AdamW, peak lr {knobs['lr']}.
 - Tokens seen: {st['tokens'] / 1e6:.2f}M in {st['step']} steps; training wall time {st['seconds'] / 60:.1f} min on CPU

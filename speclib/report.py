@@ -293,6 +293,15 @@ def _rows_07() -> list[tuple[str, str, str]]:
     for r in impl.itertuples():
         rows.append((f"SmolLM2 prompt lookup in {r.implementation}", f"{r.lookup_tokens_per_s:.1f} tokens/s (its AR {r.ar_tokens_per_s:.1f}); "
                      f"{r.lookup_over_own_ar:.2f}x over its own AR (95% CI {ci(r.lo, r.hi)})", "implementations.parquet"))
+    try:
+        runtimes = results.load(f"{nb}/runtime_table")
+    except results.MissingResult:
+        runtimes = pd.DataFrame()
+    for r in runtimes.itertuples():
+        rows.append((f"SmolLM2 prompt lookup on runtime {r.runtime} ({r.turns} turns)",
+                     f"**{r.measured:.2f}x** over its own AR (95% CI {ci(r.lo, r.hi)}; predicted {r.predicted:.2f}x from "
+                     f"v(2) = {r.v2:.2f}, k = {r.k}); {r.lookup_tokens_per_s:.1f} tokens/s = {r.lookup_over_torch_ar:.2f}x torch "
+                     f"float32 AR; output = its AR on {r.identical} / {r.turns}", "runtime_table.parquet"))
     for r in chi.itertuples():
         rows.append((f"SmolLM2 temperature 1, {r.method} vs AR", f"permutation p = {r.p_permutation:.3f} "
                      f"({r.tokens_method} vs {r.tokens_ar} tokens)", "chi2.parquet"))

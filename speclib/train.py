@@ -360,6 +360,9 @@ def main(argv=None):
     h.add_argument("--autocast", action=argparse.BooleanOptionalAction, default=None,
                    help="bf16 autocast for the target's pass and the head (default: where the CPU has bf16 units, "
                         "AVX512-BF16 or AMX; without them bf16 matmuls run about 5x slower than fp32)")
+    h.add_argument("--vocab", type=int, default=None,
+                   help="train over the N most frequent tokens of the training data only (FR-Spec's drafting "
+                        "vocabulary): the output layer's share of training shrinks by V / N")
     h.add_argument("--threads", type=int, default=0)
     a = ap.parse_args(argv)
     if a.cmd == "tokenizer":
@@ -369,7 +372,7 @@ def main(argv=None):
         if a.threads:
             torch.set_num_threads(a.threads)
         print(train_head(a.name, a.out, a.minutes, a.steps, a.batch, a.seq, a.unroll, a.lr,
-                         autocast=bf16_native() if a.autocast is None else a.autocast))
+                         autocast=bf16_native() if a.autocast is None else a.autocast, vocab=a.vocab))
     else:
         if a.threads:
             torch.set_num_threads(a.threads)

@@ -19,7 +19,7 @@ from transformers import Qwen3_5ForCausalLM
 import speclib
 from speclib import FeatureDrafter, FeatureLM, Sampling, generate
 from speclib.drafters import frequent_tokens
-from speclib.heads import fit, load_head, new_head, save_head, target_pass, unrolled_states
+from speclib.heads import fit, load_head, new_head, save_head, target_pass, unrolled_loss, unrolled_states
 from speclib.models.hybrid import HybridLM, tiny_config
 from speclib.stats import chi2_two_sample
 
@@ -118,6 +118,27 @@ def test_head_drafts_as_it_was_trained(llama):
     for s, row in enumerate(got):
         want = lm_head(norm(states[s][0, c + s - 1])).float()
         torch.testing.assert_close(row, want, atol=1e-4, rtol=1e-4)
+
+
+def test_truncated_vocab_training_is_the_renormalized_full_objective(llama):
+    """Training over a token subset (FR-Spec's vocabulary): the target's pass gives the full
+    distribution renormalized over the rows, features unchanged; over every row, the loss is the full one."""
+    target, _, head = llama
+    x = torch.tensor([[7, 3, 9, 1, 4, 1, 5, 9, 2, 6, 5, 3], [2, 2, 8, 1, 0, 4, 4, 6, 3, 9, 1, 7]])
+    layers, parts = head.feature_layers, target.frozen_parts()
+    feats, top, logp = target_pass(target.model, x, layers, autocast=False)
+    rows = torch.tensor([0, 3, 5, 9, 17, 40, target.vocab_size - 1])
+    f_r, top_r, logp_r = target_pass(target.model, x, layers, autocast=False, rows=rows)
+    torch.testing.assert_close(f_r, feats); torch.testing.assert_close(top_r, top)
+    torch.testing.assert_close(logp_r, torch.log_softmax(logp[..., rows], -1), atol=1e-5, rtol=1e-5)
+    every = torch.arange(target.vocab_size)
+    with torch.no_grad():
+        full, ces, agree = unrolled_loss(head, parts, x, feats, top, logp, 3)
+        same, ces2, agree2 = unrolled_loss(head, parts, x, *target_pass(target.model, x, layers, False, every), 3, every)
+        sub = unrolled_loss(head, parts, x, f_r, top_r, logp_r, 3, rows)[0]
+    torch.testing.assert_close(same, full, atol=1e-5, rtol=1e-5)
+    assert np.allclose(ces2, ces, atol=1e-5) and agree2 == agree
+    assert torch.isfinite(sub) and not torch.isclose(sub, full)
 
 
 # --- decoding ----------------------------------------------------------------------------------------

@@ -281,3 +281,8 @@ def test_07_spec_bench_smoke(smoke_run):
     chi = pd.read_parquet(res / "chi2.parquet")
     assert set(chi.method) == {"prompt lookup", "suffix", "AR (negative control)"} and chi.p_permutation.between(0, 1).all()
     assert (out / "figures" / "07_spec_bench_tasks.png").stat().st_size > 10_000
+    # section 8: every runtime timed and run; torch float32 prompt lookup is lossless against its own AR
+    rt = pd.read_parquet(res / "runtime_table.parquet").set_index("runtime")
+    assert set(rt.index) == {"torch", "torch-int8"} and (rt.T1_ms > 0).all() and (rt.tokens_per_step >= 1).all()
+    assert rt.identical["torch"] == rt.turns["torch"] and ci_contains(rt.measured, rt.lo, rt.hi)
+    assert (out / "figures" / "07_spec_bench_runtimes.png").stat().st_size > 10_000

@@ -38,13 +38,15 @@
 #   and how that differs from a paired estimator.
 # * How to compare implementations of the same algorithm fairly: same weights, same questions, same
 #   settings, each against its own autoregressive baseline and against the fastest one.
+# * How to predict from one runtime's T(n) curve whether speculation will pay on it (section 8).
 #
 # **What to know first.** Notebook 01 (the lossless rule, `c`, `v(K)`, the speedup estimator) and
 # notebook 02 (prompt lookup and the suffix tree).
 #
 # **How long it takes.** With `RESULTS = "auto"` (the default) every step is read from
 # `data/results/` and the notebook draws in about a minute (loading the model takes some seconds the
-# first time it is dequantized). `"recompute"` runs every step: about an hour on 2 CPU cores. The
+# first time it is dequantized). `"recompute"` runs every step: about an hour and a half on 2 CPU cores (section 8's runtimes
+# about 25 minutes of it, plus two minutes the first time to export the ONNX graphs). The
 # whole benchmark is `-p PER_TASK None` (about ten times as long).
 
 # %%
@@ -62,6 +64,9 @@ HEAD = None             # a feature head for TARGET (name or folder) adds the tr
 HEAD_KS = [2, 3, 4]     # the head's draft lengths tried on the pilot
 FR_VOCAB = 8192         # FR-Spec: the head drafts from the FR_VOCAB most frequent tokens (None: full vocabulary only)
 LATENCY_REPEATS = 15
+RUNTIMES = ["torch", "torch-bf16", "torch-int8", "onnx", "onnx-int8", "llamacpp-gguf"]   # section 8 (speclib.backends)
+RUNTIME_KS = [1, 2, 4, 8]   # prompt lookup lengths among which section 8 picks one per runtime, from the pilot turns
+RUNTIME_PER_TASK = 2    # section 8 times every runtime on the first RUNTIME_PER_TASK reported questions of each task
 CHI2_TOKENS = 4600      # tokens per method for the temperature-1 test (half of notebook 01's 9,200)
 THREADS = 1             # torch and llama.cpp threads; 1 keeps timings steady on 2 cores (notebook 05)
 RESULTS = "auto"        # auto: reuse results saved with these parameters, else compute; "recompute"; "reuse"
@@ -76,7 +81,7 @@ from IPython.display import Markdown, display
 from scipy.stats import spearmanr
 
 import speclib
-from speclib import PromptLookupDrafter, Sampling, SuffixDrafter, bench, generate, peers, pretrained, results, spec_bench, stats
+from speclib import PromptLookupDrafter, Sampling, SuffixDrafter, backends, bench, generate, peers, pretrained, results, spec_bench, stats
 from speclib.device import REPO
 from speclib.heads import token_counts
 from speclib.loading import describe
@@ -86,6 +91,7 @@ from speclib.study import Study
 if SMOKE:
     PER_TASK, PILOT_PER_TASK, MAX_NEW_TOKENS, LATENCY_REPEATS, CHI2_TOKENS = 1, 1, 12, 3, 120
     LOOKUP_GRID, SUFFIX_GRID, HEAD_KS = [[2, 4], [2, 8]], [8], [2]
+    RUNTIMES, RUNTIME_KS, RUNTIME_PER_TASK = ["torch", "torch-int8"], [2, 4], 1
 NB = "07_spec_bench"
 GREEDY, T1 = Sampling(0.0), Sampling(1.0)
 style()
@@ -461,7 +467,137 @@ display(Markdown("No row rejects at α = 0.05." if not rejected else
                  "so one rejection among three rows is not evidence by itself; rerun with another SEED before concluding."))
 
 # %% [markdown]
-# ## 8 · What carries over from the trained models, and what does not
+# ## 8 · The same speculation on other runtimes
+# Section 1 found a verify pass over several tokens far from free in torch float32. Notebook 05 showed
+# on the code model that this curve belongs to the runtime, not to the model, and that the speedup
+# follows from it: a step that drafts d tokens costs one pass over d + 1 tokens, T(d + 1), and yields
+# the accepted tokens plus one. Here the same prompt lookup runs on SmolLM2 through every runtime of
+# `speclib.backends`: torch float32, bf16 and dynamic int8; ONNX Runtime float32 and int8 (our export of
+# the same weights); and llama.cpp on the 4-bit file the weights came from. For each runtime we time the
+# bare pass T(n), pick k among `RUNTIME_KS` on the pilot turns *by prediction* (the pilot drafts of a
+# float32 run per k, each step costed with this runtime's own T(d + 1): acceptance belongs to the model,
+# cost to the runtime), then run AR and prompt lookup paired on a subset of the reported turns, and set
+# the measured speedup beside the one predicted from the run's own drafts and the T(n) curve. The
+# prediction leaves out the prompt's prefill and the loop's own overhead, which both methods pay.
+
+# %%
+def steps_cost(lat_b, drafted):
+    """Seconds of the verify passes of steps that drafted `drafted` tokens, from one runtime's T(n)."""
+    return float(sum(lat_b[d + 1] for d in drafted))
+
+def predicted_speedup(lat_b, drafted, tokens):
+    """Decode-only prediction: AR pays T(1) per token, each speculative step T(d + 1)."""
+    return tokens * lat_b[1] / steps_cost(lat_b, drafted)
+
+def runtime_runs():
+    for b in RUNTIMES:
+        backends.check(b)                          # a missing runtime stops here, before anything is timed
+    lms = {b: target if b == "torch" else speclib.load(TARGET, backend=b) for b in RUNTIMES}
+    ns = list(range(1, max(RUNTIME_KS) + 2))
+    prefix = int(costs.prefix_len.iloc[0])
+    secs = bench.latencies([(lms[b], n) for b in RUNTIMES for n in ns], prefix_len=prefix, repeats=LATENCY_REPEATS)
+    lat = pd.DataFrame([dict(backend=b, n=n) for b in RUNTIMES for n in ns]).assign(seconds=secs, prefix_len=prefix)
+    T = {b: lat[lat.backend == b].set_index("n").seconds for b in RUNTIMES}
+    ngram = best_lookup[0]
+    drafts = []
+    for k in RUNTIME_KS:                          # untimed: which drafts prompt lookup makes on the pilot turns
+        for i, (ids, *_) in enumerate(pilot_turns):
+            g = generate(target, ids, MAX_NEW_TOKENS, drafter=PromptLookupDrafter(ngram, k), sampling=GREEDY)
+            drafts.append(dict(k=k, prompt=i, drafted=[s["drafted"] for s in g.stats["steps"]], tokens=len(g.tokens)))
+    drafts = pd.DataFrame(drafts)
+    def pilot_prediction(b, k):
+        d = drafts[drafts.k == k]
+        return predicted_speedup(T[b], [x for row in d.drafted for x in row], int(d.tokens.sum()))
+    choice = pd.DataFrame([dict(backend=b, k=k, predicted=pilot_prediction(b, k)) for b in RUNTIMES for k in RUNTIME_KS])
+    chosen = choice.loc[choice.groupby("backend").predicted.idxmax()].set_index("backend").k
+    subset = {q["question_id"] for task in spec_bench.TASKS for q in [q for q in reported_qs if q["task"] == task][:RUNTIME_PER_TASK]}
+    sub_turns = [t for t in reported_turns if t[2] in subset]
+    all_runs = []
+    for b in RUNTIMES:
+        lm, k, steps = lms[b], int(chosen[b]), {}
+        def run(drafter_of, name):
+            def go(ids, i):
+                g = generate(lm, ids, MAX_NEW_TOKENS, drafter=drafter_of(), sampling=GREEDY)
+                steps[(i, name)] = [s["drafted"] for s in g.stats["steps"]]
+                return g
+            return go
+        r = bench.paired_runs([t[0] for t in sub_turns], {"AR": run(lambda: None, "AR"),
+                                                          "prompt lookup": run(lambda: PromptLookupDrafter(ngram, k), "prompt lookup")})
+        r["predicted_verify_s"] = [steps_cost(T[b], steps[(p, m)]) for p, m in zip(r.prompt, r.method)]
+        all_runs.append(r.assign(backend=b, k=k, task=[sub_turns[p][1] for p in r.prompt]))
+        lms.pop(b)                                 # free this runtime's weights before the next one
+    return {"runtime_latency": lat.assign(**meta), "runtime_choice": choice.assign(**meta),
+            "runtime_runs": pd.concat(all_runs, ignore_index=True).assign(**meta)}
+
+rt = study.step("runtimes", runtime_runs, uses=QUESTION_SET + ["LOOKUP_GRID", "SUFFIX_GRID", "RUNTIMES", "RUNTIME_KS",
+                                                               "RUNTIME_PER_TASK", "LATENCY_REPEATS", "THREADS"])
+rlat, rruns = rt["runtime_latency"], rt["runtime_runs"]
+rows = []
+for b in RUNTIMES:
+    lb, rb = rlat[rlat.backend == b].set_index("n").seconds, rruns[rruns.backend == b]
+    sp_b = bench.speedup(rb, "prompt lookup")
+    pld, ar = rb[rb.method == "prompt lookup"], rb[rb.method == "AR"]
+    rows.append(dict(runtime=b, T1_ms=lb[1] * 1e3, v2=lb[2] / lb[1], v5=lb[5] / lb[1] if 5 in lb.index else np.nan,
+                     k=int(rb.k.iloc[0]), tokens_per_step=float(pld.tokens_per_call.mean()),
+                     predicted=float((ar.new_tokens.sum() * lb[1]) / pld.predicted_verify_s.sum()),
+                     measured=sp_b["speedup"], lo=sp_b["lo"], hi=sp_b["hi"],
+                     ar_tokens_per_s=float(ar.tokens_per_s.median()), lookup_tokens_per_s=float(pld.tokens_per_s.median()),
+                     identical=int(pld.same_as_reference.sum()), turns=len(pld)))
+rtable = pd.DataFrame(rows)
+rtable["lookup_over_torch_ar"] = rtable.lookup_tokens_per_s / rtable.set_index("runtime").ar_tokens_per_s.get("torch", np.nan)
+results.save(rtable.assign(**meta), f"{NB}/runtime_table")
+display(rtable.round(3))
+
+fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 3.6))
+for b in RUNTIMES:
+    lb = rlat[rlat.backend == b].set_index("n").seconds
+    a1.plot(lb.index, lb / lb[1], "o-", ms=3, label=b)
+a1.axhline(1, color="grey", lw=0.8, ls=":")
+a1.set(xlabel="tokens in one pass (n)", ylabel="v(n) = T(n) / T(1)", title="cost of a verify pass, per runtime")
+a1.legend(fontsize=7)
+for _, r in rtable.iterrows():
+    a2.errorbar(r.predicted, r.measured, yerr=[[r.measured - r.lo], [r.hi - r.measured]], fmt="o", capsize=2)
+    a2.annotate(r.runtime, (r.predicted, r.measured), fontsize=7, xytext=(4, 2), textcoords="offset points")
+lim = [min(rtable.lo.min(), rtable.predicted.min()) * 0.95, max(rtable.hi.max(), rtable.predicted.max()) * 1.05]
+a2.plot(lim, lim, color="grey", lw=0.8, ls=":")
+a2.axhline(1, color="grey", lw=0.5)
+a2.set(xlabel="predicted from T(n) and the run's drafts", ylabel="measured (95% CI)",
+       title=f"prompt lookup over its own AR ({int(rtable.turns.iloc[0])} turns)")
+savefig(fig, f"{NB}_runtimes"); plt.show()
+
+rt_t = rtable.set_index("runtime")
+wins = rt_t[rt_t.lo > 1].index.tolist()
+loses = rt_t[rt_t.hi < 1].index.tolist()
+fastest_rt = rt_t.lookup_tokens_per_s.idxmax()
+fastest_ar = rt_t.ar_tokens_per_s.idxmax()
+err = (rt_t.measured / rt_t.predicted - 1).abs()
+rho_v = spearmanr(rt_t.v2, rt_t.measured).statistic if len(rt_t) > 2 else float("nan")
+display(Markdown(
+    f"Prompt lookup pays (whole interval above 1) on: {', '.join(f'{b} {rt_t.measured[b]:.2f}x' for b in wins) or 'none'}; "
+    f"it loses (whole interval below 1) on: {', '.join(f'{b} {rt_t.measured[b]:.2f}x' for b in loses) or 'none'}. "
+    f"Spearman rank correlation of v(2) with the measured speedup: {rho_v:.2f} over {len(rt_t)} runtimes"
+    + (" (the cheaper a two-token pass, the more speculation gains). " if rho_v <= -0.5 else " (no clear ordering by v(2)). ")
+    + f"The prediction from T(n) alone is within "
+    f"{err.median():.0%} of the measurement at the median (worst: {err.idxmax()}, {err.max():.0%}), the rest being prefill "
+    f"and the loop's own work, which the prediction leaves out. Fastest AR: **{fastest_ar}** at "
+    f"{rt_t.ar_tokens_per_s[fastest_ar]:.1f} tokens/s; fastest with prompt lookup: **{fastest_rt}** at "
+    f"{rt_t.lookup_tokens_per_s[fastest_rt]:.1f} tokens/s, {rt_t.lookup_over_torch_ar[fastest_rt]:.2f}x torch float32 AR "
+    f"(medians of tokens per second, not paired). "
+    + (f"The fastest way to run this model here is therefore {fastest_ar}'s plain AR: speculation does not pay on "
+       f"the runtime that is fastest without it. " if rt_t.ar_tokens_per_s[fastest_ar] > rt_t.lookup_tokens_per_s[fastest_rt] else
+       f"The fastest way to run this model here is {fastest_rt} with prompt lookup. ")
+    + "Greedy prompt lookup equals its own runtime's AR on "
+    + ", ".join(f"{b} {rt_t.identical[b]}/{rt_t.turns[b]}" for b in rt_t.index) + " turns."
+    + ("" if (rt_t.identical == rt_t.turns).all() else
+       " Where it does not, the runtime's rounding depends on the width of the pass (dynamic int8 takes one activation "
+       "scale over all the rows of a pass, llama.cpp quantizes activations in blocks, bf16 keeps 8 bits of mantissa "
+       "and a wider pass takes another kernel): a verify pass and a one-token AR pass can then break a near-tie "
+       "differently, and from there the texts part. That is the runtime's arithmetic, not the acceptance rule "
+       "(notebook 05, section 5), and the float32 rows must stay identical; on those runtimes the speedup compares "
+       "two different texts of the same prompt.")))
+
+# %% [markdown]
+# ## 9 · What carries over from the trained models, and what does not
 # The statements below are computed from this run's tables.
 
 # %%
@@ -513,6 +649,13 @@ if "llama.cpp" in sp.index:
                  f"{sp.lookup_over_own_ar['llama.cpp']:.2f}x its own AR; speclib's prompt lookup reaches "
                  f"{sp.lookup_tokens_per_s['speclib'] / sp.lookup_tokens_per_s['llama.cpp']:.2f}x llama.cpp's tokens per "
                  f"second (goal 1.0x, which asks speclib to run the same quantized numbers: not measured here).")
+lines.append(f"* The runtime decides whether speculation pays (section 8): prompt lookup over its own AR "
+             + ", ".join(f"{b} {rt_t.measured[b]:.2f}x (v(2) = {rt_t.v2[b]:.2f})" for b in rt_t.index)
+             + (". It pays most where a wide pass is cheapest" if rho_v <= -0.5 else ". Its gain does not follow v(2) here")
+             + f"; the fastest runtime ({fastest_ar}, "
+             f"{rt_t.ar_tokens_per_s[fastest_ar] / rt_t.ar_tokens_per_s.get('torch', np.nan):.2f}x torch float32 AR's tokens per second) "
+             + ("is one where it loses." if rt_t.hi[fastest_ar] < 1 else "is one where it pays." if rt_t.lo[fastest_ar] > 1
+                else "is one where it neither clearly pays nor loses."))
 display(Markdown("\n".join(lines)))
 
 # %%
