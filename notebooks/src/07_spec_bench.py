@@ -46,7 +46,7 @@
 # **How long it takes.** With `RESULTS = "auto"` (the default) every step is read from
 # `data/results/` and the notebook draws in about a minute (loading the model takes some seconds the
 # first time it is dequantized). `"recompute"` runs every step: about an hour and a half on 2 CPU cores (section 8's runtimes
-# about 25 minutes of it, plus two minutes the first time to export the ONNX graphs). The
+# about 32 minutes of it, plus three minutes the first time to export the ONNX graphs). The
 # whole benchmark is `-p PER_TASK None` (about ten times as long).
 
 # %%
