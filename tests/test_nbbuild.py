@@ -29,3 +29,12 @@ def test_notebook_rebuilds_from_its_source(src: Path, tmp_path):
         f"python tools/nbbuild.py {src.relative_to(REPO)} notebooks/{src.stem}.ipynb")
     assert committed.metadata == fresh.metadata
     assert all(not c.get("outputs") for c in committed.cells), "committed notebooks carry no outputs"
+
+
+@pytest.mark.parametrize("src", SOURCES, ids=lambda p: p.stem)
+def test_notebook_sets_its_torch_threads(src: Path):
+    """torch's default, one thread per core, ignores $SPECLIB_THREADS: under `make test` (two workers at one
+    thread each) a notebook that keeps it oversubscribes the cores, and notebook 04's smoke run took 723 s
+    instead of 100 s. Every notebook sets its threads (speclib.device.set_threads, or torch directly)."""
+    code = src.read_text()
+    assert "set_threads(" in code or "torch.set_num_threads(" in code

@@ -117,6 +117,9 @@ GREEDY = Sampling(0.0)
 style()
 torch.manual_seed(SEED)
 torch.set_grad_enabled(False)
+# the untimed batch work on every CPU ($SPECLIB_THREADS when set: torch's default of one thread per core
+# would oversubscribe a machine whose other core is busy); timed sections run at THREADS
+speclib.device.set_threads()
 target, draft = speclib.load(TARGET, device=DEVICE), speclib.load(DRAFT, device=DEVICE)
 dev = str(target.device)
 meta = dict(seed=SEED, device=dev, target=TARGET, draft=DRAFT, k=K, smoke=SMOKE)
