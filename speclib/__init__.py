@@ -6,7 +6,8 @@
 """
 from . import data, device, stats
 from .acceptance import Lossless
-from .drafters import FeatureDrafter, HybridDrafter, ModelDrafter, PromptLookupDrafter, SelfDrafter, SuffixDrafter, TreeDrafter
+from .drafters import (FeatureDrafter, HybridDrafter, ModelDrafter, PromptLookupDrafter, RestDrafter, SelfDrafter,
+                       SuffixDrafter, TokenRecycling, TreeDrafter)
 from .drafters import ExitAdapter, LayerSkipDrafter
 from .generate import Generation, generate, generate_batch
 from .heads import heads, load_head
@@ -17,7 +18,7 @@ from .sampling import Sampling
 from .stateful import StatefulLM
 from .tree import Tree
 
-__all__ = ["Acceptor", "Drafter", "FeatureDrafter", "FeatureLM", "LM", "HFLM", "Generation", "HybridDrafter", "Lossless", "ModelDrafter", "PromptLookupDrafter", "SelfDrafter",
-           "Sampling", "StatefulLM", "SuffixDrafter", "Tree", "TreeDrafter", "checkpoints", "data", "generate", "generate_batch", "heads", "load",
+__all__ = ["Acceptor", "Drafter", "FeatureDrafter", "FeatureLM", "LM", "HFLM", "Generation", "HybridDrafter", "Lossless", "ModelDrafter", "PromptLookupDrafter", "RestDrafter", "SelfDrafter",
+           "Sampling", "StatefulLM", "SuffixDrafter", "TokenRecycling", "Tree", "TreeDrafter", "checkpoints", "data", "generate", "generate_batch", "heads", "load",
            "load_head", "stats"]
 __all__ += ["ExitAdapter", "LayerSkipDrafter"]

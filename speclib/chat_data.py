@@ -149,12 +149,21 @@ def answer(target: str, split: str, n: int, max_new_tokens: int = 192, batch: in
     return path
 
 
-def stream(target: str, split: str) -> np.ndarray:
-    """The cached conversations of a split joined into one token stream (int32), each ending at EOS."""
+def stream(target: str, split: str, n: int | None = None) -> np.ndarray:
+    """The cached conversations of a split joined into one token stream (int32), each ending at EOS; with
+    n, those of `instructions(split, n)` only (a ValueError when some are not answered yet)."""
     path = answers_path(target, split)
     if not path.exists():
         raise FileNotFoundError(f"no answers at {path}: python -m speclib.chat_data {target}")
-    ids = [t for line in path.read_text().splitlines() for t in json.loads(line)["ids"]]
+    rows = {r["id"]: r for r in map(json.loads, path.read_text().splitlines())}
+    if n is not None:
+        wanted = [r["id"] for r in instructions(split, n)]
+        missing = [i for i in wanted if i not in rows]
+        if missing:
+            raise ValueError(f"{len(missing)} of the first {n} {split} instructions have no answer in {path}: "
+                             f"python -m speclib.chat_data {target} --n {n}")
+        rows = {i: rows[i] for i in wanted}
+    ids = [t for r in rows.values() for t in r["ids"]]
     return np.asarray(ids, dtype=np.int32)
 
 

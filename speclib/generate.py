@@ -19,7 +19,7 @@ import torch
 from .acceptance import Lossless
 from .device import clock
 from .lm import prompt_list
-from .protocols import LM, BatchedLM, Drafter, LogitsAcceptor, PerRequestAcceptor
+from .protocols import LM, BatchedLM, Drafter, LogitsAcceptor, PerRequestAcceptor, VerifyObserver
 from .sampling import Sampling, probs, sample
 from .tree import Tree
 
@@ -63,6 +63,7 @@ class _Run:
         self.gen = torch.Generator().manual_seed(seed)
         # capabilities checked once per request, not per step (runtime protocol checks are not free)
         self.wants_logits = isinstance(self.acceptor, LogitsAcceptor) and self.acceptor.uses_logits
+        self.drafter_sees_verify = isinstance(drafter, VerifyObserver)    # e.g. TokenRecycling
         if isinstance(self.acceptor, PerRequestAcceptor):      # e.g. cospec.Arbiter
             self.acceptor.reset(self.prompt)
         self.steps: list[dict] = []
@@ -78,7 +79,8 @@ class _Run:
         t0 = clock(self.target.device)
         self.tree = self.drafter.draft(self.prompt + self.out) if self.drafter is not None else Tree([], [])
         self.draft_s = clock(self.target.device) - t0
-        return [self.root] + self.tree.tokens, [-1] + [p + 1 for p in self.tree.parents]
+        self.verified = [self.root] + self.tree.tokens
+        return self.verified, [-1] + [p + 1 for p in self.tree.parents]
 
     def finish(self, logits: torch.Tensor, verify_s: float) -> None:
         """Accept from the verify pass's logits, commit, and record the step."""
@@ -88,6 +90,8 @@ class _Run:
         path, self.root = self.acceptor(tree, probs(logits, self.sampling), self.sampling.greedy, self.gen, **extra)
         self.target.commit([0] + [i + 1 for i in path])
         accepted = [tree.tokens[i] for i in path]
+        if self.drafter_sees_verify:
+            self.drafter.observe_verify(self.verified, logits, path, self.root)
         if self.drafter is not None:
             self.drafter.observe(accepted)
         self.out += accepted + [self.root]

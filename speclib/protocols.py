@@ -3,8 +3,8 @@
 Conventions everywhere: p = the target's distribution, q = the draft's, both AFTER temperature / top-k /
 top-p processing (`speclib.sampling.probs`): the distribution a token was actually drawn from.
 
-Optional capabilities are protocols of their own (`BatchedLM`, `FeatureLM`, `PerRequestAcceptor`,
-`LogitsAcceptor`); the decoding loop (`speclib.generate`) checks them with `isinstance` against these
+Optional capabilities are protocols of their own (`BatchedLM`, `FeatureLM`, `VerifyObserver`,
+`PerRequestAcceptor`, `LogitsAcceptor`); the decoding loop (`speclib.generate`) checks them with `isinstance` against these
 classes, never with `hasattr` on concrete classes. The maths behind the protocol: docs/trees.md.
 """
 from __future__ import annotations
@@ -16,7 +16,7 @@ import torch
 from .sampling import Sampling
 from .tree import Tree
 
-__all__ = ["LM", "BatchedLM", "FeatureLM", "Drafter", "Acceptor", "PerRequestAcceptor", "LogitsAcceptor"]
+__all__ = ["LM", "BatchedLM", "FeatureLM", "Drafter", "VerifyObserver", "Acceptor", "PerRequestAcceptor", "LogitsAcceptor"]
 
 
 @runtime_checkable
@@ -141,6 +141,21 @@ class Drafter(Protocol):
     def draft(self, context: list[int]) -> Tree: ...
 
     def observe(self, accepted: list[int]) -> None: ...
+
+
+@runtime_checkable
+class VerifyObserver(Drafter, Protocol):
+    """Capability: a drafter that learns from every verify pass (Token Recycling keeps the target's
+    top-k candidates of each verified node).
+
+    observe_verify(tokens, logits, path, next_token)   called after acceptance, before observe():
+        tokens      [root] + the tree's tokens, as verified;
+        logits      [N + 1, V] the target's raw logits, row i scoring the token after tokens[i];
+        path        the accepted tree nodes (indices into the tree, root to leaf);
+        next_token  the token that follows them (correction or bonus).
+    """
+
+    def observe_verify(self, tokens: list[int], logits: torch.Tensor, path: list[int], next_token: int) -> None: ...
 
 
 @runtime_checkable

@@ -11,16 +11,17 @@
 # answering, mathematical reasoning, retrieval-augmented generation), each question asked through the
 # model's own chat template; a multi-turn question's second turn follows the model's own first
 # answer, as Spec-Bench does. Settings are chosen on pilot questions and reported on others
-# (`spec_bench.split`). Methods: the training-free drafters — prompt lookup and the suffix tree — and
-# the same methods in two other implementations on the very same weights: `transformers` (its prompt
+# (`spec_bench.split`). Methods: the training-free drafters — prompt lookup, the suffix tree, Token
+# Recycling (the target's own earlier top-k candidates) and REST (retrieval from a datastore) — and
+# prompt lookup in two other implementations on the very same weights: `transformers` (its prompt
 # lookup decoding) and llama.cpp (its prompt lookup drafter, on the GGUF file itself); then a trained
 # draft, an EAGLE-style feature head over SmolLM2's own hidden states, over the whole vocabulary and
 # over its most frequent tokens (FR-Spec).
 #
 # **How to read it.** Section 1 measures what one target pass costs (the currency of every speedup).
 # Section 2 builds the questions, section 3 chooses the drafters' settings on the pilot questions,
-# section 4 runs every method on the reported questions (the feature head in a step of its own, with
-# its own pilot), section 5 compares implementations, section 6
+# section 4 runs every method on the reported questions (Token Recycling, REST and the feature head in
+# steps of their own, each with its own pilot), section 5 compares implementations, section 6
 # sets the per-task profile beside Spec-Bench's leaderboard, section 7 checks the output distribution
 # at temperature 1. Speedups are the workbook's estimator (median over questions of the paired
 # per-question ratio, with a 95% bootstrap interval; [the statistics notes](../docs/statistics.md)),
@@ -34,6 +35,9 @@
 #
 # * How a real instruction model behaves under speculation on a CPU: what a pass over n tokens costs,
 #   where copying from the prompt pays, and where it costs more than it gives.
+# * How the training-free drafters the benchmark ranks compare per task: copying (prompt lookup, suffix),
+#   the target's own recycled candidates (Token Recycling) and retrieval (REST), in accepted tokens per
+#   step and in wall-clock speed.
 # * How Spec-Bench measures (per task, ratio of mean tokens per second, mean accepted tokens per step)
 #   and how that differs from a paired estimator.
 # * How to compare implementations of the same algorithm fairly: same weights, same questions, same
@@ -62,6 +66,11 @@ SUFFIX_GRID = [8, 16]   # suffix tree: longest draft tried on the pilot
 HEAD = None             # a feature head for TARGET (name or folder) adds the trained-draft rows of section 4; train one:
                         # python -m speclib.chat_data TARGET; python -m speclib.train head TARGET (hours on 2 cores)
 HEAD_KS = [2, 3, 4]     # the head's draft lengths tried on the pilot
+RECYCLING_NODES = [1, 2, 3, 5, 7, 11, 15]   # Token Recycling tree sizes; the cost model picks one (section 4)
+RECYCLING_TOP_K = 8     # candidates kept per token in Token Recycling's matrix
+REST_SOURCE = "chat"    # REST's datastore: the model's own answers to instructions outside Spec-Bench ("chat"), the
+REST_ANSWERS = 320      # instructions alone ("prompts") or Python source ("stdlib"); how many instructions
+REST_NODES = [4, 8, 16]   # REST tree sizes tried on the pilot turns
 FR_VOCAB = 8192         # FR-Spec: the head drafts from the FR_VOCAB most frequent tokens (None: full vocabulary only)
 LATENCY_REPEATS = 15
 RUNTIMES = ["torch", "torch-bf16", "torch-int8", "onnx", "onnx-int8", "llamacpp-gguf"]   # section 8 (speclib.backends)
@@ -81,8 +90,10 @@ from IPython.display import Markdown, display
 from scipy.stats import spearmanr
 
 import speclib
-from speclib import PromptLookupDrafter, Sampling, SuffixDrafter, backends, bench, generate, peers, pretrained, results, spec_bench, stats
+from speclib import PromptLookupDrafter, Sampling, SuffixDrafter, TokenRecycling, backends, bench, generate, peers, pretrained, results, spec_bench, stats
 from speclib.device import REPO
+from speclib.drafters import rest
+from speclib.drafters.recycling import expected_accepted, recycling_template
 from speclib.heads import token_counts
 from speclib.loading import describe
 from speclib.plotting import savefig, style
@@ -92,6 +103,8 @@ if SMOKE:
     PER_TASK, PILOT_PER_TASK, MAX_NEW_TOKENS, LATENCY_REPEATS, CHI2_TOKENS = 1, 1, 12, 3, 120
     LOOKUP_GRID, SUFFIX_GRID, HEAD_KS = [[2, 4], [2, 8]], [8], [2]
     RUNTIMES, RUNTIME_KS, RUNTIME_PER_TASK = ["torch", "torch-int8"], [2, 4], 1
+    RECYCLING_NODES = [1, 3]
+    REST_SOURCE, REST_ANSWERS, REST_NODES = "prompts", 200, [4]
 NB = "07_spec_bench"
 GREEDY, T1 = Sampling(0.0), Sampling(1.0)
 style()
@@ -313,6 +326,114 @@ if HEAD:
     results.save(head_cost.assign(**meta), f"{NB}/head_cost")
     display(head_cost.round(3))
     outputs = pd.concat([outputs, hsaved["head_outputs"][hsaved["head_outputs"].method != "AR"]], ignore_index=True)
+
+# %% [markdown]
+# ### The target's own candidates: Token Recycling
+# Every verify pass scores the next token after each of its nodes over the whole vocabulary; the
+# loop keeps one and discards the rest. Token Recycling keeps each node's top-`RECYCLING_TOP_K` in a
+# 49,152 × 8 matrix (1.5 MB) and grows the next draft tree from it breadth-first: the root's candidates,
+# their candidates, and so on ([training-free drafting](../docs/training_free.md)). Nothing is
+# trained and nothing is copied from the prompt, so it can propose text the prompt never contains.
+#
+# Two choices are made on the pilot turns. The tree's shape: a warm-up pass over the pilot turns fills
+# the matrix and counts how often the target's next token was a token's j-th candidate (rank_accept[j]);
+# the best-first template for those rates gives the expected accepted tokens of each tree size. Its
+# size: a tree of n nodes costs a pass over n + 1 tokens, so the cost model of section 1 predicts
+# (1 + expected accepted) × T(1) / T(n + 1) for each size in `RECYCLING_NODES`, and the best is kept.
+# The reported turns then run paired with AR twice: with the matrix carried over from turn to turn
+# (starting from the pilot's, as the paper does) and reset at every turn (a cold start).
+
+# %%
+def recycling_runs():
+    warm = TokenRecycling(RECYCLING_TOP_K, max(RECYCLING_NODES))       # the default template fills the matrix
+    for ids, *_ in pilot_turns:
+        generate(target, ids, MAX_NEW_TOKENS, drafter=warm, sampling=GREEDY)
+    rank_accept = warm.fitted_rank_accept()
+    choice = []
+    for n in RECYCLING_NODES:
+        parents, ranks = recycling_template(n, rank_accept)
+        acc = expected_accepted(parents, ranks, rank_accept)
+        choice.append(dict(nodes=n, depth=max(speclib.Tree([0] * n, parents).depths()) + 1, expected_accepted=acc,
+                           predicted_speedup=(1 + acc) * t1 / passes[n + 1]))
+    choice = pd.DataFrame(choice)
+    nodes = int(choice.nodes[choice.predicted_speedup.idxmax()])
+
+    def drafter(shared):
+        d = TokenRecycling(RECYCLING_TOP_K, nodes, rank_accept, shared=shared)
+        d.check_compatible(target)
+        d.matrix[:] = warm.matrix              # the pilot's matrix (the cold drafter empties it at each turn)
+        return d
+
+    hot, cold = drafter(True), drafter(False)
+    methods = {"AR": lambda ids, i: generate(target, ids, MAX_NEW_TOKENS, sampling=GREEDY),
+               "token recycling": lambda ids, i: generate(target, ids, MAX_NEW_TOKENS, drafter=hot, sampling=GREEDY),
+               "token recycling (cold)": lambda ids, i: generate(target, ids, MAX_NEW_TOKENS, drafter=cold, sampling=GREEDY)}
+    for run in methods.values():               # warm-up on a pilot turn: the hot matrix must not see a reported one first
+        run(pilot_turns[0][0], 0)
+    outputs_ = {}
+    runs_ = bench.paired_runs([t[0] for t in reported_turns], {m: recorded(m, f, outputs_) for m, f in methods.items()},
+                              warmup=False)
+    toks = pd.DataFrame([dict(prompt=i, method=m, tokens=list(map(int, t))) for (i, m), t in outputs_.items()])
+    ranks = pd.DataFrame(dict(rank=range(RECYCLING_TOP_K + 1), share=warm.rank_counts / warm.rank_counts.sum()))
+    return {"recycling_choice": choice.assign(chosen=choice.nodes == nodes, **meta),
+            "recycling_ranks": ranks.assign(**meta), "recycling_runs": runs_.assign(nodes=nodes, **meta),
+            "recycling_outputs": toks.assign(**meta)}
+
+rsaved = study.step("recycling", recycling_runs, uses=QUESTION_SET + ["RECYCLING_NODES", "RECYCLING_TOP_K", "LATENCY_REPEATS", "THREADS"])
+rruns, rchoice = rsaved["recycling_runs"], rsaved["recycling_choice"]
+table = pd.concat([table, spec_bench.task_table(rruns, tasks)], ignore_index=True)
+outputs = pd.concat([outputs, rsaved["recycling_outputs"][rsaved["recycling_outputs"].method != "AR"]], ignore_index=True)
+display(rchoice.drop(columns=list(meta)).round(3))
+rank_share = rsaved["recycling_ranks"].share.to_numpy()
+r_over = bench.speedup(rruns, "token recycling")
+chosen = rchoice[rchoice.chosen].iloc[0]
+tps = spec_bench.task_table(rruns, tasks).set_index(["task", "method"]).tokens_per_step
+display(Markdown(
+    f"After the warm-up the target's next token was a token's first candidate {rank_share[0]:.0%} of the time, its "
+    f"second {rank_share[1]:.0%}, one of the other {RECYCLING_TOP_K - 2} {rank_share[2:-1].sum():.0%}, and not among them "
+    f"{rank_share[-1]:.0%}. The cost model chose **{int(chosen.nodes)} nodes** (predicted {chosen.predicted_speedup:.2f}x). "
+    f"Measured on the reported turns: {r_over['speedup']:.2f}x over AR (95% CI {r_over['lo']:.2f}-{r_over['hi']:.2f}), "
+    f"{tps['overall', 'token recycling']:.2f} tokens per step with the matrix carried over and "
+    f"{tps['overall', 'token recycling (cold)']:.2f} from a cold start (the leaderboard: 2.73 on Vicuna-7B)."))
+
+# %% [markdown]
+# ### Retrieval from a datastore: REST
+# REST drafts from text outside the request: the longest suffix of the context (up to 8 tokens, down to
+# 2) is looked up in a suffix array over a datastore, and the tokens that followed its first 200
+# occurrences are counted in a trie whose most frequent prefixes become the draft tree. The datastore
+# here is SmolLM2's own greedy answers to `REST_ANSWERS` instructions that are not Spec-Bench turns
+# (`speclib.chat_data`: tasks written from the standard library's docstrings, translations, arithmetic word
+# problems), the same text the drafts were meant to be trained on. The tree size is chosen on the pilot
+# turns (measured, paired with AR), then REST runs paired with AR on the reported turns.
+
+# %%
+def rest_runs():
+    store, build_s = rest.build(TARGET, REST_SOURCE, n=REST_ANSWERS)
+    ar = lambda ids, i: generate(target, ids, MAX_NEW_TOKENS, sampling=GREEDY)
+    def method(nodes):
+        return lambda ids, i: generate(target, ids, MAX_NEW_TOKENS, drafter=rest.RestDrafter(store, nodes=nodes), sampling=GREEDY)
+    pilot_ = bench.paired_runs([t[0] for t in pilot_turns], {"AR": ar} | {f"REST nodes={n}": method(n) for n in REST_NODES})
+    nodes = max(REST_NODES, key=lambda n: bench.speedup(pilot_, f"REST nodes={n}")["total_ratio"])
+    outputs_ = {}
+    runs_ = bench.paired_runs([t[0] for t in reported_turns], {m: recorded(m, f, outputs_) for m, f in {"AR": ar, "REST": method(nodes)}.items()})
+    toks = pd.DataFrame([dict(prompt=i, method=m, tokens=list(map(int, t))) for (i, m), t in outputs_.items()])
+    info = pd.DataFrame([dict(source=REST_SOURCE, instructions=REST_ANSWERS, tokens=len(store), megabytes=store.nbytes / 2**20,
+                              suffix_array_s=build_s, nodes=nodes)])
+    return {"rest_pilot": pilot_.assign(**meta), "rest_runs": runs_.assign(nodes=nodes, **meta),
+            "rest_outputs": toks.assign(**meta), "rest_store": info.assign(**meta)}
+
+ssaved = study.step("rest", rest_runs, uses=QUESTION_SET + ["REST_SOURCE", "REST_ANSWERS", "REST_NODES", "THREADS"])
+table = pd.concat([table, spec_bench.task_table(ssaved["rest_runs"], tasks)], ignore_index=True)
+outputs = pd.concat([outputs, ssaved["rest_outputs"][ssaved["rest_outputs"].method != "AR"]], ignore_index=True)
+display(bench.speedup_table(ssaved["rest_pilot"])[["method", "speedup", "lo", "hi", "total_ratio", "tokens_per_call"]].round(3))
+store_info = ssaved["rest_store"].iloc[0]
+r_rest = bench.speedup(ssaved["rest_runs"], "REST")
+display(Markdown(
+    f"The datastore: {int(store_info.tokens):,} tokens ({store_info.megabytes:.1f} MB with its suffix array, sorted in "
+    f"{store_info.suffix_array_s:.2f} s). Chosen on the pilot turns: {int(store_info.nodes)} nodes. On the reported turns "
+    f"REST runs at {r_rest['speedup']:.2f}x AR (95% CI {r_rest['lo']:.2f}-{r_rest['hi']:.2f}), "
+    f"{spec_bench.task_table(ssaved['rest_runs'], tasks).set_index(['task', 'method']).tokens_per_step['overall', 'REST']:.2f} "
+    f"tokens per step (the leaderboard: 1.63 on Vicuna-7B with a 12 GB datastore of chat text)."))
 results.save(table.assign(**meta), f"{NB}/task_table")
 order = [*dict.fromkeys(tasks.values()), "overall"]
 show = table.pivot(index="method", columns="task", values="speedup")[order]
@@ -323,7 +444,7 @@ display(overall[["speedup", "lo", "hi", "spec_bench_ratio", "tokens_per_step", "
 
 fig, ax = plt.subplots(figsize=(8, 3.6))
 mine = ["prompt lookup", "suffix", "transformers prompt lookup"] + (["llama.cpp prompt lookup"] if gguf else []) \
-    + [m for m in ("feature head", "feature head + FR-Spec") if m in set(table.method)]
+    + [m for m in ("feature head", "feature head + FR-Spec", "token recycling", "REST") if m in set(table.method)]
 width = 0.8 / len(mine)
 for j, m in enumerate(mine):
     sub = table[table.method == m].set_index("task").reindex(order)
@@ -365,7 +486,8 @@ for m in tok.columns:
 identity = pd.DataFrame(identity)
 results.save(identity.assign(**meta), f"{NB}/identity")
 display(identity.round(3))
-speclib_methods = ["prompt lookup", "suffix"] + [m for m in ("feature head", "feature head + FR-Spec") if m in tok.columns]
+speclib_methods = ["prompt lookup", "suffix", "token recycling", "token recycling (cold)", "REST"] + [
+    m for m in ("feature head", "feature head + FR-Spec") if m in tok.columns]
 assert all(identity.set_index("method").identical[m] == len(tok) for m in speclib_methods), "a speclib method changed the greedy output"
 cpp_row = identity.set_index("method").loc["llama.cpp AR"] if "llama.cpp AR" in tok.columns else None
 if cpp_row is not None:
@@ -407,24 +529,35 @@ display(Markdown(
 # ## 6 · The per-task profile beside Spec-Bench's leaderboard
 # Spec-Bench's leaderboard runs Vicuna-7B in fp16 on a GPU, where one pass over a few tokens costs
 # about what one token costs. Absolute speedups cannot transfer to a 135M model on a CPU; what can is
-# the *profile*: which tasks favour copying from the prompt. Below, prompt lookup's per-task speedup
-# here beside PLD's on the leaderboard, and the rank correlation over the six tasks (six points: a
-# rough indication, not a test).
+# the *profile*: which tasks favour copying from the prompt, and which favour the target's own recycled
+# candidates. Below, prompt lookup's and Token Recycling's per-task speedups here beside PLD's and
+# Recycling's on the leaderboard, with the rank correlation over the six tasks (six points: a rough
+# indication, not a test), and the mean tokens per step, which depends less on the hardware.
 
 # %%
 board = spec_bench.leaderboard().set_index("method")
-here = table[table.method == "prompt lookup"].set_index("task").speedup
-prof = pd.DataFrame({"here (prompt lookup)": here.reindex(spec_bench.TASKS), "leaderboard PLD": board.loc["PLD", list(spec_bench.TASKS)].astype(float),
+speed_of = table.pivot(index="task", columns="method", values="speedup")
+steps_of = table.pivot(index="task", columns="method", values="tokens_per_step")
+pairs = [("prompt lookup", "PLD"), ("token recycling", "Recycling"), ("REST", "REST")]
+prof = pd.DataFrame({**{f"here ({m})": speed_of[m].reindex(spec_bench.TASKS) for m, _ in pairs},
+                     **{f"leaderboard {b}": board.loc[b, list(spec_bench.TASKS)].astype(float) for _, b in pairs},
                      "leaderboard SpS": board.loc["SpS", list(spec_bench.TASKS)].astype(float)}).dropna()
 results.save(prof.reset_index(names="task").assign(**meta), f"{NB}/profile")
 display(prof.round(2))
 if len(prof) >= 3:
-    rho = spearmanr(prof["here (prompt lookup)"], prof["leaderboard PLD"]).statistic
-    best_here, best_board = prof["here (prompt lookup)"].idxmax(), prof["leaderboard PLD"].idxmax()
-    display(Markdown(
-        f"Spearman rank correlation of the per-task speedups: {rho:.2f} over {len(prof)} tasks. The task where "
-        f"prompt lookup gains most is **{best_here}** here and **{best_board}** on the leaderboard. Mean "
-        f"tokens per step: {overall.tokens_per_step['prompt lookup']:.2f} here, {board.loc['PLD', 'tokens_per_step']:.2f} on the leaderboard."))
+    lines = []
+    for m, b in pairs:
+        rho = spearmanr(prof[f"here ({m})"], prof[f"leaderboard {b}"]).statistic
+        lines.append(f"**{m}**: Spearman {rho:.2f} over {len(prof)} tasks; gains most on {prof[f'here ({m})'].idxmax()} here, "
+                     f"{prof[f'leaderboard {b}'].idxmax()} on the leaderboard; {overall.tokens_per_step[m]:.2f} tokens per step here, "
+                     f"{board.loc[b, 'tokens_per_step']:.2f} there.")
+    uncopied = [t for t in ("translation", "qa", "math_reasoning") if t in speed_of.index]
+    wins = [t for t in uncopied if speed_of.loc[t, "token recycling"] > speed_of.loc[t, "prompt lookup"]]
+    lines.append(f"Where the answer copies little from the prompt ({', '.join(uncopied)}), Token Recycling is faster than "
+                 f"prompt lookup on {len(wins)} of {len(uncopied)} tasks" + (f" ({', '.join(wins)})" if wins else "")
+                 + "; tokens per step there: " + ", ".join(
+                     f"{t} {steps_of.loc[t, 'token recycling']:.2f} vs {steps_of.loc[t, 'prompt lookup']:.2f}" for t in uncopied) + ".")
+    display(Markdown("\n\n".join(lines)))
 
 # %% [markdown]
 # ## 7 · Lossless at temperature 1
@@ -674,3 +807,10 @@ display(study.summary())
 #    intervals say how much they should. *Why:* six questions per task is a small sample.
 # 3. **The whole benchmark.** `-p PER_TASK None` (about ten times as long). *Look for:* whether the
 #    per-task ranking of section 6 holds with 79 questions per task.
+# 4. **A wider recycled tree.** `-p RECYCLING_NODES "[15]"`. *Look for:* tokens per step rising above the
+#    chosen size's while the speedup falls. *Why:* each extra node is worth a product of rank
+#    probabilities (mostly the first candidate's), and costs a row of the verify pass, which is not free
+#    on this CPU (section 1).
+# 5. **REST on code.** `-p REST_SOURCE stdlib` (the standard library's source as the datastore, millions of
+#    tokens). *Look for:* how many drafts find a match and how many of their tokens are accepted on chat
+#    questions. *Why:* retrieval pays only when the datastore's text resembles what the model writes.
