@@ -280,12 +280,27 @@ def _rows_07() -> list[tuple[str, str, str]]:
                      f"**{r.speedup:.2f}x** over speclib AR (95% CI {ci(r.lo, r.hi)}); Spec-Bench ratio {r.spec_bench_ratio:.2f}{tps}; "
                      f"output = {ident.reference.get(r.method, 'AR')} on {ident.identical.get(r.method, r.identical)} / {r.runs}",
                      "task_table.parquet"))
-    for task in ("summarization", "rag", "translation"):
-        sub = table[(table.task == task) & table.method.isin(["prompt lookup", "suffix"])]
+    free = ["prompt lookup", "suffix", "token recycling", "token recycling (cold)", "REST"]
+    for task in ("summarization", "rag", "translation", "qa", "math_reasoning"):
+        sub = table[(table.task == task) & table.method.isin(free)]
         if len(sub):
             b = sub.loc[sub.speedup.idxmax()]
-            rows.append((f"SmolLM2 on Spec-Bench {task}, best cache drafter", f"{b.method}: **{b.speedup:.2f}x** (95% CI {ci(b.lo, b.hi)})",
+            rows.append((f"SmolLM2 on Spec-Bench {task}, best training-free drafter",
+                         f"{b.method}: **{b.speedup:.2f}x** (95% CI {ci(b.lo, b.hi)}; {b.tokens_per_step:.2f} tokens per step)",
                          "task_table.parquet"))
+    if "token recycling" in set(table.method):
+        choice = results.load(f"{nb}/recycling_choice")
+        ranks = results.load(f"{nb}/recycling_ranks").share.to_numpy()
+        c = choice[choice.chosen].iloc[0]
+        rows.append(("SmolLM2 Token Recycling: tree size from the cost model",
+                     f"{int(c.nodes)} nodes, predicted {c.predicted_speedup:.2f}x ({1 + c.expected_accepted:.2f} tokens per step); "
+                     f"next token = first candidate {ranks[0]:.0%}, none of the {len(ranks) - 1} {ranks[-1]:.0%}",
+                     "recycling_choice.parquet"))
+    if "REST" in set(table.method):
+        store = results.load(f"{nb}/rest_store").iloc[0]
+        rows.append(("SmolLM2 REST datastore", f"{int(store.tokens):,} tokens of {store.source} text ({store.megabytes:.1f} MB with "
+                     f"its suffix array, sorted in {store.suffix_array_s:.2f} s); {int(store.nodes)} nodes chosen on the pilot",
+                     "rest_store.parquet"))
     if "feature head" in set(table.method):
         cost = results.load(f"{nb}/head_cost").set_index("method")
         rows.append(("SmolLM2 feature head: draft step cost c, in target passes",

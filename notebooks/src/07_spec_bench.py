@@ -49,8 +49,9 @@
 #
 # **How long it takes.** With `RESULTS = "auto"` (the default) every step is read from
 # `data/results/` and the notebook draws in about a minute (loading the model takes some seconds the
-# first time it is dequantized). `"recompute"` runs every step: about an hour and a half on 2 CPU cores (section 8's runtimes
-# about 32 minutes of it, plus three minutes the first time to export the ONNX graphs). The
+# first time it is dequantized). `"recompute"` runs every step: about two hours on 2 CPU cores (section 8's runtimes about
+# 32 minutes of it, plus three minutes the first time to export the ONNX graphs; Token Recycling 18 and
+# REST 16 minutes, plus generating REST's datastore of answers the first time, about 15 minutes). The
 # whole benchmark is `-p PER_TASK None` (about ten times as long).
 
 # %%
@@ -401,9 +402,9 @@ display(Markdown(
 # REST drafts from text outside the request: the longest suffix of the context (up to 8 tokens, down to
 # 2) is looked up in a suffix array over a datastore, and the tokens that followed its first 200
 # occurrences are counted in a trie whose most frequent prefixes become the draft tree. The datastore
-# here is SmolLM2's own greedy answers to `REST_ANSWERS` instructions that are not Spec-Bench turns
+# here is `REST_ANSWERS` conversations, instructions that are not Spec-Bench turns and SmolLM2's own greedy answers
 # (`speclib.chat_data`: tasks written from the standard library's docstrings, translations, arithmetic word
-# problems), the same text the drafts were meant to be trained on. The tree size is chosen on the pilot
+# problems), the text its trained drafts learn from. The tree size is chosen on the pilot
 # turns (measured, paired with AR), then REST runs paired with AR on the reported turns.
 
 # %%
