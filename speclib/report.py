@@ -154,6 +154,12 @@ def _rows_02() -> list[tuple[str, str, str]]:
                          f"**{r.speedup:.2f}x** paired per prompt (95% CI {ci(r.lo, r.hi)}{_total(r)}); the head alone "
                          f"{a.speedup:.2f}x over AR (CI {ci(a.lo, a.hi)}), HVD with it "
                          f"{g.loc['HVD (feature head)', 'speedup']:.2f}x", "head_policies.parquet"))
+    if results.path(f"{nb}/training_free").is_file():
+        tf = results.load(f"{nb}/training_free")
+        for r in tf[tf.workload == "agentic pooled"].itertuples():
+            rows.append((f"agentic workloads pooled, training-free step: {r.method}",
+                         f"**{r.speedup:.2f}x** over AR (95% CI {ci(r.lo, r.hi)}{_total(r)}), {r.tokens_per_call:.2f} tokens/call; "
+                         f"identical to AR {r.identical} / {r.runs}", "training_free.parquet"))
     p = pred.set_index("estimator")
     rows.append(("payoff predictor on unseen prompts", f"Spearman {p.spearman.iloc[0]:.2f}, MAE {p.mae.iloc[0]:.2f} tokens "
                  f"(on suffix candidates, SuffixDecoding's own score: {p.spearman.iloc[-1]:.2f}, {p.mae.iloc[-1]:.2f})",

@@ -60,7 +60,8 @@
 # (the bare timings, the logged fit and evaluation runs, the end-to-end policy runs) is read from
 # `data/results/`; only the payoff predictor is refitted (seconds) and the notebook draws everything
 # in about a minute. `"recompute"` runs every step: about 55 minutes on 2 CPU cores (fit logs 10,
-# evaluation logs 7, the policy runs of section 4 33: nine policies on 60 prompts, three rounds each). Changing a parameter recomputes only the steps that use it; a run whose
+# evaluation logs 7, the policy runs of section 4 33: nine policies on 60 prompts, three rounds each;
+# section 7's training-free drafters 11 more, plus tokenizing the standard library for REST's datastore the first time). Changing a parameter recomputes only the steps that use it; a run whose
 # parameters differ from the shipped ones writes under `build/unpublished/02_cache_hybrid/…`.
 # `"reuse"` never computes, and names the step and the parameters that differ when it cannot reuse.
 # The table at the end of section 5 lists each step and how long it took when it was computed.
@@ -82,6 +83,8 @@ MAX_SPEC = 16           # longest cache draft
 LATENCY_REPEATS = 25
 HEAD = "agent-target-head"  # section 6: a feature-level head trained for TARGET (python -m speclib.train head TARGET)
 HEAD_K = 4              # section 6: the head's chain length
+RECYCLING_NODES = [1, 2, 3, 5, 7, 11, 15]   # section 7: Token Recycling tree sizes; the cost model picks one per workload
+REST_NODES = 8          # section 7: REST's tree size (its datastore: the standard library's training split)
 THREADS = 1             # torch threads (0: every CPU this process may use); 1 keeps T(n) smooth on 2 cores (notebook 05)
 RESULTS = "auto"        # auto: reuse results saved with these parameters, else compute; "recompute"; "reuse"
 PUBLISH = False         # True: a run with non-default parameters also replaces data/results and figures/
@@ -98,14 +101,17 @@ from scipy.stats import spearmanr
 from tqdm.auto import tqdm
 
 import speclib
-from speclib import (HybridDrafter, ModelDrafter, PromptLookupDrafter, Sampling, SuffixDrafter, bench, data,
-                     generate, results)
+from speclib import (HybridDrafter, ModelDrafter, PromptLookupDrafter, Sampling, SuffixDrafter, TokenRecycling, bench,
+                     data, generate, results)
+from speclib.drafters import rest
+from speclib.drafters.recycling import expected_accepted, recycling_template
 from speclib.drafters.hybrid import FEATURES, Costs, PayoffPredictor
 from speclib.plotting import savefig, style
 from speclib.study import Study
 
 if SMOKE:
     WORKLOADS, N_FIT, N_EVAL, MAX_NEW_TOKENS, LATENCY_REPEATS = ["agentic_edit", "code_humaneval"], 2, 2, 32, 3
+    RECYCLING_NODES = [1, 3]
 NB = "02_cache_hybrid"
 GREEDY = Sampling(0.0)
 style()
@@ -866,6 +872,79 @@ display(Markdown(
     f"between the runs, a spread to keep in mind when reading any single speedup of this notebook."))
 
 # %% [markdown]
+# ## 7 · Two more training-free drafters: Token Recycling and REST
+# Prompt lookup and the suffix tree copy from the request and from earlier outputs. Two drafters the
+# Spec-Bench leaderboard ranks take their guesses elsewhere ([training-free drafting](../docs/training_free.md)):
+#
+# * **Token Recycling** keeps the target's own top-8 candidates after every verified token (a 4,096 × 8
+#   matrix here) and grows a draft tree from them. One drafter per workload, its matrix first filled on
+#   the workload's fit prompts (which also measure how often the target takes each candidate rank); its
+#   tree size is the one the cost model of section 1 predicts fastest:
+#   (1 + expected accepted) × T(1) / T(n + 1).
+# * **REST** looks up the context's longest suffix (up to 8 tokens) in a suffix array over a datastore and
+#   drafts a tree of the `REST_NODES` most frequent continuations. The datastore is the standard library's
+#   training split, the text the models were trained on (the workloads' prompts are held-out files and
+#   task descriptions).
+#
+# Both run back to back with AR and prompt lookup (section 4's best single source on the agentic
+# workloads) on the evaluation prompts; the agentic workloads are pooled as in section 5.
+
+# %%
+def training_free_runs():
+    store, sa_s = rest.build(TARGET, "stdlib")
+    w0 = WORKLOADS[0]
+    generate(target, prompts[w0]["fit"][0], MAX_NEW_TOKENS, sampling=GREEDY)       # untimed warm-up, throwaway drafters
+    generate(target, prompts[w0]["fit"][0], MAX_NEW_TOKENS, drafter=rest.RestDrafter(store, nodes=REST_NODES), sampling=GREEDY)
+    frames, choices = [], []
+    for w in WORKLOADS:
+        warm = TokenRecycling(8, max(RECYCLING_NODES))
+        for ids in prompts[w]["fit"]:
+            generate(target, ids, MAX_NEW_TOKENS, drafter=warm, sampling=GREEDY)
+        ra = warm.fitted_rank_accept()
+        acc = {n: expected_accepted(*recycling_template(n, ra), ra) for n in RECYCLING_NODES}
+        predicted = {n: (1 + acc[n]) * lat[0] / lat[n] for n in RECYCLING_NODES}      # lat[n] = T(n + 1)
+        nodes = max(predicted, key=predicted.get)
+        choices += [dict(workload=w, nodes=n, expected_accepted=acc[n], predicted_speedup=predicted[n], first_candidate=ra[0],
+                         chosen=n == nodes) for n in RECYCLING_NODES]
+        recycling = TokenRecycling(8, nodes, ra)
+        recycling.check_compatible(target)
+        recycling.matrix[:] = warm.matrix
+        drafters = {"prompt lookup": PromptLookupDrafter(3, MAX_SPEC), "token recycling": recycling,
+                    "REST": rest.RestDrafter(store, nodes=REST_NODES)}
+        methods = {"AR": lambda ids, i: generate(target, ids, MAX_NEW_TOKENS, sampling=GREEDY)} | {
+            m: (lambda d: lambda ids, i: generate(target, ids, MAX_NEW_TOKENS, drafter=d, sampling=GREEDY))(d) for m, d in drafters.items()}
+        r = bench.paired_runs(prompts[w]["eval"], methods, warmup=False, progress=tqdm)
+        frames.append(r.assign(workload=w, recycling_nodes=nodes))
+    info = pd.DataFrame([dict(tokens=len(store), megabytes=store.nbytes / 2**20, suffix_array_s=sa_s)])
+    return {"tf_runs": pd.concat(frames, ignore_index=True).assign(**meta), "tf_choice": pd.DataFrame(choices).assign(**meta),
+            "tf_store": info.assign(**meta)}
+
+
+tf = study.step("training_free", training_free_runs, uses=PROMPTS + ["RECYCLING_NODES", "REST_NODES", "LATENCY_REPEATS", "THREADS"])
+tf_runs = tf["tf_runs"]
+tf_speed = pd.concat([bench.speedup_table(tf_runs[tf_runs.workload == w], seed=SEED).assign(workload=w) for w in WORKLOADS]
+                     + [bench.speedup_table(tf_runs[tf_runs.workload.isin(agentic)].assign(
+                         prompt=lambda d: d.workload + "/" + d.prompt.astype(str)), seed=SEED).assign(workload="agentic pooled")],
+                     ignore_index=True)
+results.save(tf_speed.assign(**meta), f"{NB}/training_free")
+display(tf_speed.pivot(index="method", columns="workload", values="speedup").round(2))
+display(tf_speed.pivot(index="method", columns="workload", values="tokens_per_call").round(2))
+tf_choice = tf["tf_choice"]
+chosen_nodes = tf_runs.groupby("workload").recycling_nodes.first()
+store_info = tf["tf_store"].iloc[0]
+tfp = tf_speed[tf_speed.workload == "agentic pooled"].set_index("method")
+display(Markdown(
+    f"REST's datastore: {int(store_info.tokens):,} tokens ({store_info.megabytes:.0f} MB with its suffix array, sorted in "
+    f"{store_info.suffix_array_s:.1f} s). Token Recycling's tree size per workload (cost model): "
+    + ", ".join(f"{w} {int(n)}" for w, n in chosen_nodes.items()) + "; the target took a token's first candidate "
+    + ", ".join(f"{w} {g.first_candidate.iloc[0]:.0%}" for w, g in tf_choice.groupby("workload", sort=False)) + " of the time. "
+    f"Pooled over the agentic workloads: prompt lookup {tfp.speedup['prompt lookup']:.2f}x, Token Recycling "
+    f"{tfp.speedup['token recycling']:.2f}x ({tfp.tokens_per_call['token recycling']:.2f} tokens per call), REST "
+    f"{tfp.speedup['REST']:.2f}x ({tfp.tokens_per_call['REST']:.2f}). Outputs identical to AR: "
+    f"{int(tf_runs[tf_runs.method != 'AR'].same_as_reference.sum())}/{int((tf_runs.method != 'AR').sum())}."))
+assert tf_runs[tf_runs.method != "AR"].same_as_reference.all(), "a training-free drafter changed the greedy output"
+
+# %% [markdown]
 # ### This run's steps
 # Each expensive step, whether this run computed it or read it from saved results (and from which
 # commit), and how long it took when it was computed.
@@ -887,6 +966,10 @@ display(study.summary())
 # * **Choosing per step beats choosing per workload** when the best source changes from workload to
 #   workload and from step to step — compare the per-workload winners in section 4 with HVD's
 #   pooled, paired ratios in section 5.
+# * **The target's own scores are a cache too.** Token Recycling (section 7) drafts from the candidates the
+#   target ranked after each token earlier, text that neither the prompt nor earlier outputs contain;
+#   compare its tokens per call and speedup with prompt lookup's per workload, and with REST's, whose
+#   datastore is the text the models were trained on.
 # * **Nothing here changes the output**: every policy's text equals AR's, checked token for token.
 #
 # Caveats: one seed, `N_EVAL` prompts per workload, greedy decoding only (with sampling a cache draft
@@ -943,3 +1026,6 @@ display(study.summary())
 #    *Look for:* the predictor's Spearman correlation and calibration on the unseen prompts, and
 #    whether HVD's advantage over the best single source survives. *Why:* with fewer logged outcomes
 #    the predictor's expected payoffs are noisier, and a per-step rule is only as good as its estimates.
+# 5. **A smaller REST tree.** `-p REST_NODES 2`. *Look for:* REST's tokens per call and speedup in section 7
+#    against the 8-node tree. *Why:* REST finds a match at almost every step but the target rarely accepts
+#    what the standard library would continue with; each unaccepted node still costs a row of the verify pass.
