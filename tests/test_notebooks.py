@@ -170,6 +170,13 @@ def test_02_cache_hybrid_smoke(smoke_run):
     assert (pooled["of"] == len(sp)).all() and (pooled.n_prompts == len(sp)).all()   # prompts of all agentic workloads
     for other in opp.index:                                     # HVD over each policy, paired per prompt
         assert np.isclose(opp.hvd_over[other], (sp["HVD (ours)"] / sp[other]).median())
+    # section 7: Token Recycling and REST beside prompt lookup, lossless, the tree size the cost model's best
+    tf = pd.read_parquet(res / "training_free.parquet")
+    assert {"prompt lookup", "token recycling", "REST"} <= set(tf.method) and (tf.identical == tf.runs).all()
+    assert "agentic pooled" in set(tf.workload) and ci_contains(tf.speedup, tf.lo, tf.hi)
+    tc = pd.read_parquet(res / "tf_choice.parquet")
+    best = tc.loc[tc.groupby("workload").predicted_speedup.idxmax()]
+    assert best.chosen.all() and tc.chosen.sum() == tc.workload.nunique()
     pred = pd.read_parquet(res / "predictor.parquet")
     assert pred.spearman.between(-1, 1).all()
     logs = pd.read_parquet(res / "cache_logs.parquet")
@@ -271,9 +278,11 @@ def test_07_spec_bench_smoke(smoke_run):
     assert len(withci) and ci_contains(withci.speedup, withci.lo, withci.hi)
     # Spec-Bench's ratio, recomputed from the saved runs: mean tokens/s of the method over AR's
     ov = table[table.task == "overall"].set_index("method")
-    runs = pd.read_parquet(res / "runs.parquet")
-    for m in ov.index:
-        assert np.isclose(ov.spec_bench_ratio[m], runs[runs.method == m].tokens_per_s.mean() / runs[runs.method == "AR"].tokens_per_s.mean())
+    # (each step's methods against that step's own AR runs)
+    for step_runs in ("runs", "recycling_runs", "rest_runs"):
+        runs = pd.read_parquet(res / f"{step_runs}.parquet")
+        for m in set(runs.method) - {"AR"}:
+            assert np.isclose(ov.spec_bench_ratio[m], runs[runs.method == m].tokens_per_s.mean() / runs[runs.method == "AR"].tokens_per_s.mean())
     ident = pd.read_parquet(res / "identity.parquet").set_index("method")
     lossless = ["prompt lookup", "suffix"]
     assert (ident.identical[lossless] == ident.turns[lossless]).all()
@@ -286,3 +295,17 @@ def test_07_spec_bench_smoke(smoke_run):
     assert set(rt.index) == {"torch", "torch-int8"} and (rt.T1_ms > 0).all() and (rt.tokens_per_step >= 1).all()
     assert rt.identical["torch"] == rt.turns["torch"] and ci_contains(rt.measured, rt.lo, rt.hi)
     assert (out / "figures" / "07_spec_bench_runtimes.png").stat().st_size > 10_000
+    # Token Recycling and REST: lossless, their tree sizes chosen among the candidates, the predicted speedup
+    # recomputed from the section-1 pass costs
+    free = ["token recycling", "token recycling (cold)", "REST"]
+    assert set(free) <= set(ov.index) and (ident.identical[free] == ident.turns[free]).all()
+    choice = pd.read_parquet(res / "recycling_choice.parquet")
+    assert choice.chosen.sum() == 1 and choice.predicted_speedup[choice.chosen].iloc[0] == choice.predicted_speedup.max()
+    costs = pd.read_parquet(res / "pass_costs.parquet")
+    passes = costs[costs.part == "pass"].set_index("n").seconds
+    assert np.allclose(choice.predicted_speedup, (1 + choice.expected_accepted) * passes[1] / passes[choice.nodes + 1].values)
+    rr = pd.read_parquet(res / "recycling_runs.parquet")
+    assert rr.nodes.iloc[0] == choice.nodes[choice.chosen].iloc[0]
+    assert np.isclose(pd.read_parquet(res / "recycling_ranks.parquet").share.sum(), 1)
+    store = pd.read_parquet(res / "rest_store.parquet").iloc[0]
+    assert store.tokens > 1000 and store.source == "prompts"
