@@ -33,17 +33,16 @@ def recycling_template(nodes: int, rank_accept) -> tuple[list[int], list[int]]:
         raise ValueError(f"nodes must be an int >= 0, got {nodes!r}")
     if not a or any(not 0 <= x <= 1 for x in a):
         raise ValueError(f"rank_accept must be probabilities in [0, 1], one per rank, got {rank_accept!r}")
-    parents, ranks, values = [], [], []
-    heap = [(-a[j], 0, j, -1, j) for j in range(len(a)) if a[j] > 0]   # (-value, order, rank, parent, rank)
+    parents, ranks = [], []
+    heap = [(-a[j], j, -1, j) for j in range(len(a)) if a[j] > 0]    # (-value, tie order, parent, rank)
     order = len(heap)
     heapq.heapify(heap)
     while heap and len(parents) < nodes:
-        v, _, _, parent, rank = heapq.heappop(heap)
-        parents.append(parent); ranks.append(rank); values.append(-v)
-        me = len(parents) - 1
+        v, _, parent, rank = heapq.heappop(heap)
+        parents.append(parent); ranks.append(rank)
         for j in range(len(a)):
             if a[j] > 0:
-                heapq.heappush(heap, (v * a[j], order, j, me, j))
+                heapq.heappush(heap, (v * a[j], order, len(parents) - 1, j))
                 order += 1
     return parents, ranks
 
