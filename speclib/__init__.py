@@ -6,7 +6,7 @@
 """
 from . import data, device, stats
 from .acceptance import Lossless
-from .drafters import (FeatureDrafter, HybridDrafter, ModelDrafter, PromptLookupDrafter, RestDrafter, SelfDrafter,
+from .drafters import (FeatureDrafter, HybridDrafter, Lookahead, ModelDrafter, PromptLookupDrafter, RestDrafter, SelfDrafter,
                        SuffixDrafter, TokenRecycling, TreeDrafter)
 from .drafters import ExitAdapter, LayerSkipDrafter
 from .generate import Generation, generate, generate_batch
@@ -18,7 +18,7 @@ from .sampling import Sampling
 from .stateful import StatefulLM
 from .tree import Tree
 
-__all__ = ["Acceptor", "Drafter", "FeatureDrafter", "FeatureLM", "LM", "HFLM", "Generation", "HybridDrafter", "Lossless", "ModelDrafter", "PromptLookupDrafter", "RestDrafter", "SelfDrafter",
+__all__ = ["Acceptor", "Drafter", "FeatureDrafter", "FeatureLM", "LM", "HFLM", "Generation", "HybridDrafter", "Lookahead", "Lossless", "ModelDrafter", "PromptLookupDrafter", "RestDrafter", "SelfDrafter",
            "Sampling", "StatefulLM", "SuffixDrafter", "TokenRecycling", "Tree", "TreeDrafter", "checkpoints", "data", "generate", "generate_batch", "heads", "load",
            "load_head", "stats"]
 __all__ += ["ExitAdapter", "LayerSkipDrafter"]

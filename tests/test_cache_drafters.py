@@ -277,7 +277,7 @@ def test_hvd_cut_follows_the_measured_verify_costs():
     d._cache_s = 0.0
     # 7 tokens: 4 (1.94 expected tokens in 2.0 s) beats 2 (1.75 in 3.0 s); 3 tokens: 2 beats 3 (1.875 in 3.5 s)
     for n, want in [(7, 4), (3, 2), (1, 1)]:
-        d._cands = [Tree.chain(list(range(n)), None, source="prompt_lookup")]
+        d.candidates([Tree.chain(list(range(n)), None, source="prompt_lookup")])
         X = np.stack([d.features(0, REPEATY)])
         assert d._choose(X, REPEATY) == (0, True) and d._keep == want
 
@@ -378,3 +378,111 @@ def test_payoff_predictor_ignores_a_feature_constant_in_training():
     moved = X[:20].copy()
     moved[:, j] = rng.random(20)
     np.testing.assert_array_equal(p.predict(moved), p.predict(X[:20]))
+
+
+# --- HVD over every source: chain and tree caches together ---------------------------------------------
+
+from speclib import RestDrafter, TokenRecycling                      # noqa: E402
+from speclib.drafters.hybrid import accepted_greedy, spine            # noqa: E402
+from speclib.drafters.rest import Datastore                          # noqa: E402
+
+
+def _every_source(policy, target, draft, reference=None, predictor=None):
+    """draft: the model drafter's LM, or None (no model drafter)."""
+    """Prompt lookup, the suffix tree, Token Recycling and REST (a datastore of the target's own greedy text)."""
+    text = sum((generate(target, p, 40, sampling=GREEDY).tokens for p in (REPEATY, [7, 7, 2, 9])), [])
+    caches = [PromptLookupDrafter(2, 5), SuffixDrafter(max_depth=8, max_spec=6),
+              TokenRecycling(top_k=2, nodes=5, rank_accept=(0.6, 0.3)), RestDrafter(Datastore(text, 8), nodes=5)]
+    costs = Costs(verify_s={n: 1e-3 * (1 + 0.05 * n) for n in range(1, 20)}, model_token_s=2e-4)
+    return HybridDrafter(caches, None if draft is None else ModelDrafter(draft, 3), policy,
+                         predictor or (_fitted_predictor() if policy == "hvd" else None), costs, reference)
+
+
+def test_tree_helpers_against_paths():
+    t = Tree([4, 5, 6, 7, 8], [-1, -1, 0, 0, 3])               # root -> 4 -> {6, 7 -> 8}, root -> 5
+    assert spine(t) == [4, 6] and spine(Tree.chain([1, 2, 3])) == [1, 2, 3] and spine(Tree([], [])) == []
+    for future, want in [([4, 7, 8, 1], 3), ([4, 6, 0], 2), ([5, 4], 1), ([9], 0), ([], 0), ([4, 7], 2)]:
+        paths = [[t.tokens[j] for j in t.path_to(i)] for i in range(len(t))]
+        best = max((len(p) for p in paths if p == future[:len(p)]), default=0)
+        assert accepted_greedy(t, future) == want == best
+
+
+@pytest.mark.parametrize("with_model", [True, False])
+@pytest.mark.parametrize("policy", ["cache", "hvd", "oracle", "sam"])
+def test_every_source_greedy_identity_and_verify_passes_reach_token_recycling(policy, with_model):
+    target, draft = tiny_lm(32, 2, vocab=16, seed=0), tiny_lm(16, 1, vocab=16, seed=1) if with_model else None
+    for prompt in (REPEATY, [3, 1, 4, 1, 5, 9, 2, 6]):
+        ar = generate(target, prompt, 30, sampling=GREEDY).tokens
+        d = _every_source(policy, target, draft, reference=ar)
+        sd = generate(target, prompt, 30, drafter=d, sampling=GREEDY)
+        assert sd.tokens == ar
+        steps = sd.stats["steps"]
+        # Token Recycling counts one outcome per accepted token plus the next, on every pass whoever drafted
+        assert d.caches[2].rank_counts.sum() == sum(s["accepted"] + 1 for s in steps)
+        assert all(s["drafted"] <= d.max_nodes for s in steps)
+    assert {s["cache_source"] for s in d.log} <= {"prompt_lookup", "suffix", "recycling", "rest"}
+    assert {s["source"] for s in d.log} <= ({"cache", "model"} if with_model else {"cache", "none"})
+
+
+def test_without_a_model_drafter_hvd_weighs_a_cache_draft_against_a_plain_step():
+    target = tiny_lm(32, 2, vocab=16, seed=0)
+    d = _every_source("hvd", target, None, predictor=_FixedSurvival())
+    d.check_compatible(target)
+    d.reset(REPEATY, GREEDY, torch.Generator())
+    d._cache_s = 0.0
+    d.candidates([Tree.chain([1, 2], None, source="prompt_lookup")] + [Tree([], [])] * 3)
+    X = np.stack([d.features(i, REPEATY) for i in range(4)])
+    d.costs = Costs(verify_s={1: 1.0, 2: 1.4, 3: 1.6}, model_token_s=1.0)
+    assert d._choose(X, REPEATY) == (0, True) and d._keep == 2      # 1.75 / 1.6 > 1.5 / 1.4 > 1 / 1.0
+    d.costs = Costs(verify_s={1: 1.0, 2: 1.6, 3: 1.8}, model_token_s=1.0)
+    assert d._choose(X, REPEATY) == (0, False)                      # 1.5 / 1.6 and 1.75 / 1.8 < 1: a plain step
+    for policy in ("model", "arctic"):
+        with pytest.raises(ValueError, match="needs a model drafter"):
+            HybridDrafter([PromptLookupDrafter(2, 5)], None, policy)
+
+
+def test_hvd_verifies_a_tree_whole_at_its_expected_tokens_per_second():
+    """A tree candidate is never cut: HVD rates it (1 + P(accepted >= 1..depth) summed) / (cache_s +
+    verify(nodes + 1)) and verifies all its nodes when it wins."""
+    target, draft = tiny_lm(32, 2, vocab=16, seed=0), tiny_lm(16, 1, vocab=16, seed=1)
+    d = _every_source("hvd", target, draft, predictor=_FixedSurvival())
+    d.check_compatible(target)
+    d.reset(REPEATY, GREEDY, torch.Generator())
+    d.costs = Costs(verify_s={1: 1.0, 2: 1.0, 3: 1.0, 4: 1.0, 5: 1.0}, model_token_s=10.0)
+    d._cache_s = 0.0
+    d.candidates([Tree.chain([1], None, source="prompt_lookup"), Tree([2, 3, 4, 5], [-1, -1, 0, 2], None, source="recycling")])
+    assert d._spines == [[1], [2, 4, 5]] and d._depth == [1, 3]
+    X = np.stack([d.features(i, REPEATY) for i in range(2)])
+    assert X[1, FEATURES.index("draft_len")] == 3 and X[1, FEATURES.index("nodes")] == 4
+    assert X[1, FEATURES.index("recycling_source")] == 1 and X[0, FEATURES.index("recycling_source")] == 0
+    # the chain: (1 + 0.5) / 1.0; the tree: (1 + 0.5 + 0.25 + 0.125) / verify(5) = 1.875
+    assert d._choose(X, REPEATY) == (1, True) and d._keep is None
+    d.costs.verify_s[5] = 1.5                                # now 1.25 < 1.5: the chain wins
+    assert d._choose(X, REPEATY) == (0, True) and d._keep == 1
+
+
+def test_chi_square_hvd_over_every_source():
+    """Token at new-token index 4 over 800 seeded runs at T = 1, AR vs HVD over chain and tree caches
+    (alpha = 1e-3: 0.1% false-positive rate under the null)."""
+    target, draft = tiny_lm(32, 2, vocab=16, seed=0), tiny_lm(16, 1, vocab=16, seed=1)
+    t1 = Sampling(1.0)
+    ar = [generate(target, REPEATY, 5, sampling=t1, seed=s).tokens[4] for s in range(800)]
+    d = _every_source("hvd", target, draft, predictor=_FixedSurvival())
+    runs, verified = [], set()
+    for s in range(800):
+        runs.append(generate(target, REPEATY, 5, sampling=t1, seed=10**6 + s, drafter=d))
+        verified |= {s["cache_source"] for s in d.log if s["source"] == "cache"}
+    assert {"recycling", "rest"} <= verified                # trees were verified, not only chains
+    assert chi2_two_sample(ar, [r.tokens[4] for r in runs]).p > 1e-3
+
+
+def test_feature_matrix_fills_the_tree_columns_of_older_logs():
+    import pandas as pd
+    from speclib.drafters.hybrid import feature_matrix
+    old = pd.DataFrame([{f: float(i + j) for j, f in enumerate(FEATURES[:12])} for i in range(3)])
+    X = feature_matrix(old)
+    assert X.shape == (3, len(FEATURES)) and (X[:, :12] == old.to_numpy()).all()
+    assert (X[:, FEATURES.index("recycling_source")] == 0).all() and (X[:, FEATURES.index("rest_source")] == 0).all()
+    assert (X[:, FEATURES.index("nodes")] == old.draft_len).all()
+    new = pd.DataFrame([{f: 1.0 for f in FEATURES}])
+    assert (feature_matrix(new) == 1).all()

@@ -177,13 +177,24 @@ def test_02_cache_hybrid_smoke(smoke_run):
     tc = pd.read_parquet(res / "tf_choice.parquet")
     best = tc.loc[tc.groupby("workload").predicted_speedup.idxmax()]
     assert best.chosen.all() and tc.chosen.sum() == tc.workload.nunique()
+    # section 8: Lookahead at the cost model's settings, HVD over every source paired with each single source
+    es = pd.read_parquet(res / "every_source.parquet").set_index("method")
+    assert {"lookahead", "token recycling", "REST", "HVD (every source)", "HVD (two sources)"} <= set(es.index)
+    assert (es.identical == es.runs).all() and ci_contains(es.speedup, es.lo, es.hi)
+    over = pd.read_parquet(res / "every_source_over.parquet").set_index("reference")
+    assert {"prompt lookup", "suffix", "token recycling", "REST", "lookahead", "model"} <= set(over.index)
+    la = pd.read_parquet(res / "es_lookahead.parquet")
+    assert la.loc[la.groupby("workload").predicted_speedup.idxmax()].chosen.all() and la.chosen.sum() == la.workload.nunique()
+    assert (la.mean_nodes <= (la.window + la.guesses) * (la.ngram - 1)).all()
+    ch = pd.read_parquet(res / "es_choice.parquet")
+    assert set(ch.source) <= {"prompt_lookup", "suffix", "recycling", "rest", "model"} and (ch.accepted <= ch.drafted).all()
     pred = pd.read_parquet(res / "predictor.parquet")
     assert pred.spearman.between(-1, 1).all()
     logs = pd.read_parquet(res / "cache_logs.parquet")
     assert (logs.accepted <= logs.draft_len).all() and (logs.predicted <= logs.draft_len + 1e-9).all()
     both = pred.iloc[0]                                         # the predictor on every logged candidate
     assert both.n == len(logs) and np.isclose(both.mae, (logs.predicted - logs.accepted).abs().mean())
-    for name in ["predictor", "payoff", "speedup"]:
+    for name in ["predictor", "payoff", "speedup", "every_source"]:
         assert (out / "figures" / f"02_cache_hybrid_{name}.png").stat().st_size > 10_000
 
 

@@ -74,7 +74,6 @@ def test_matrix_update_and_draft_match_slow_references(seed):
         tokens = [root] + tree.tokens + [rng.randrange(V) for _ in range(rng.randint(0, 4))]
         logits = torch.randn(len(tokens), V, generator=torch.Generator().manual_seed(100 * seed + step))
         depth_path = tree.path_to(len(tree) - 1) if len(tree) and rng.random() < 0.7 else []
-        d._rows = d.matrix[tokens].copy()
         d.observe_verify(tokens, logits, depth_path, rng.randrange(V))
         slow_update(slow, tokens, logits, depth_path, k)
         assert d.matrix.tolist() == slow

@@ -2,16 +2,19 @@
 
     HybridDrafter(cache, model, policy="hvd", predictor=PayoffPredictor(...), costs=Costs(...))
 
-`cache` is one parameter-free drafter (SuffixDrafter, PromptLookupDrafter) or a list of them. Each
-step every cache drafter proposes a candidate for free; the policy decides which one to verify, or to
-run the model drafter instead:
+`cache` is one parameter-free drafter or a list of them: chains (SuffixDrafter, PromptLookupDrafter)
+or trees (TokenRecycling, RestDrafter). Each step every cache drafter proposes a candidate for free;
+the policy decides which one to verify, or to run the model drafter instead (`model=None`: no model
+drafter, the alternative is a plain one-token step; policies "model" and "arctic" then make no sense):
 
     "model"    always the model drafter             "cache"    always the first cache's draft (maybe empty)
     "arctic"   first cache iff its score >= model k "sam"      first cache iff its match length >= 4
                (ArcticInference's hybrid rule)                 (SAM-Decoding's rule)
     "hvd"      the most expected tokens per second: for each cache candidate and each length m of its
                prefix, (1 + the predictor's expected payoff of verifying m tokens) over the measured
-               cost of drafting plus verifying m + 1 tokens (with `cut=False`, whole candidates only);
+               cost of drafting plus verifying m + 1 tokens (with `cut=False`, whole candidates only;
+               a tree is always verified whole: n nodes cost a pass over n + 1 tokens and pay its
+               expected accepted depth);
                for the model drafter, the same from its running per-token acceptance (starting from
                `model_prior`, measured offline). Verifying tokens that will not be accepted costs
                time on a compute-bound target; verify cost need not grow with m, so the best prefix
@@ -22,7 +25,12 @@ run the model drafter instead:
 `log` records, for every step, the features of the cache candidate the policy ranked first (for the
 fixed rules: the first cache's), the chosen source, and after verification the accepted length: the
 training data of the predictor. The features of a candidate include how far it agrees with the other
-caches' candidates: two independent sources proposing the same continuation is strong evidence.
+caches' candidates (a tree by its spine, the first child at every depth): two independent sources
+proposing the same continuation is strong evidence. A tree's draft_len is its depth, the most it can
+accept; `nodes` is its size.
+
+Cache drafters that learn from verify passes (Token Recycling: `VerifyObserver`) are handed every pass,
+whichever source drafted the verified tree.
 """
 from __future__ import annotations
 
@@ -32,13 +40,26 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from ..protocols import LM
+from ..protocols import LM, VerifyObserver
 from ..sampling import Sampling
 from ..tree import Tree
 
 POLICIES = ("model", "cache", "arctic", "sam", "hvd", "oracle")
 FEATURES = ("suffix_source", "score", "match_len", "draft_len", "p_first", "p_last", "p_mean", "position",
-            "global_tree", "agree", "other_len", "source_recent")
+            "global_tree", "agree", "other_len", "source_recent", "recycling_source", "rest_source", "nodes")
+
+
+def feature_matrix(logs) -> np.ndarray:
+    """[n, len(FEATURES)] from logged steps (a DataFrame of `HybridDrafter.log` rows). Logs recorded
+    before the tree sources existed lack their columns; they get the values the code logs now for a
+    chain: not recycling, not REST, as many nodes as draft_len."""
+    df = logs.copy()
+    for col in ("recycling_source", "rest_source"):
+        if col not in df:
+            df[col] = 0.0
+    if "nodes" not in df:
+        df["nodes"] = df["draft_len"]
+    return df[list(FEATURES)].to_numpy(dtype=float)
 
 
 @dataclass
@@ -202,6 +223,23 @@ def _common_prefix(a: list[int], b: list[int]) -> int:
     return n
 
 
+def spine(tree: Tree) -> list[int]:
+    """A tree's first-child path (a chain's tokens): the drafters order children best first."""
+    out, kids = [], tree.children[0]
+    while kids:
+        out.append(tree.tokens[kids[0]])
+        kids = tree.children[kids[0] + 1]
+    return out
+
+
+def accepted_greedy(tree: Tree, future: list[int]) -> int:
+    """How many tokens greedy verification accepts from `tree` when the target continues with `future`."""
+    n, kids = 0, tree.children[0]
+    while n < len(future) and (hit := [i for i in kids if tree.tokens[i] == future[n]]):
+        n, kids = n + 1, tree.children[hit[0] + 1]
+    return n
+
+
 class HybridDrafter:
     def __init__(self, cache, model, policy: str = "hvd", predictor: PayoffPredictor | None = None,
                  costs: Costs | None = None, reference: list[int] | None = None, model_prior: float = 0.5,
@@ -217,56 +255,69 @@ class HybridDrafter:
         self.caches = list(cache) if isinstance(cache, (list, tuple)) else [cache]
         if not self.caches:
             raise ValueError("give at least one cache drafter")
+        if model is None and policy in ("model", "arctic"):
+            raise ValueError(f"policy {policy!r} needs a model drafter")
         self.model, self.policy = model, policy
+        self._models = [] if model is None else [model]
+        self._observers = [c for c in self.caches if isinstance(c, VerifyObserver)]
         self.predictor, self.costs, self.reference = predictor, costs, reference
         self.model_prior = model_prior          # where the model's running acceptance starts each request
         self.cut = cut                          # False: verify cache candidates whole
 
     @property
     def max_nodes(self) -> int:
-        return max(c.max_nodes for c in self.caches + [self.model])
+        return max(c.max_nodes for c in self.caches + self._models)
 
     def check_compatible(self, target: LM) -> None:
-        self.model.check_compatible(target)
+        for d in self.caches + self._models:
+            d.check_compatible(target)
 
     def reset(self, prompt: list[int], sampling: Sampling, gen: torch.Generator) -> None:
         if self.policy == "oracle" and not sampling.greedy:
             raise ValueError("the hindsight oracle is defined for greedy decoding only")
-        for c in self.caches:
+        for c in self.caches + self._models:
             c.reset(prompt, sampling, gen)
-        self.model.reset(prompt, sampling, gen)
         self.prompt_len, self.recent, self.log = len(prompt), _Recent(), []
         self.recent.rate["model"] = self.model_prior
         self._peek = None
 
+    def candidates(self, trees: list[Tree]) -> None:
+        """This step's cache candidates, one per cache, with their spines and depths."""
+        self._cands = trees
+        self._spines = [c.tokens if c.is_chain else spine(c) for c in trees]
+        self._depth = [len(c) if c.is_chain else max(c.depths(), default=-1) + 1 for c in trees]
+
     def features(self, i: int, context: list[int]) -> np.ndarray:
         """The features of cache candidate i (see FEATURES)."""
         cand, cache = self._cands[i], self.caches[i]
-        last = getattr(cache, "last", None) or {"score": float(len(cand)), "match_len": getattr(cache, "match_len", 0),
-                                                 "probs": [1.0] * len(cand), "tree": "local"}
-        probs = last.get("probs") or [0.0]
-        others = [c.tokens for j, c in enumerate(self._cands) if j != i]
-        agree = max((_common_prefix(cand.tokens, o) for o in others), default=0)
+        last = getattr(cache, "last", None) or {}
+        probs = last.get("probs", [1.0] * len(cand)) or [0.0]
+        others = [s for j, s in enumerate(self._spines) if j != i]
+        agree = max((_common_prefix(self._spines[i], o) for o in others), default=0)
         other_len = max((len(o) for o in others), default=0)
-        return np.array([float(cand.source == "suffix"), last["score"], last["match_len"], len(cand), probs[0], probs[-1],
+        return np.array([float(cand.source == "suffix"), last.get("score", float(len(cand))),
+                         last.get("match_len", getattr(cache, "match_len", 0)), self._depth[i], probs[0], probs[-1],
                          float(np.mean(probs)), len(context) - self.prompt_len, float(last.get("tree") == "global"),
-                         agree, other_len, self.recent.get(cand.source)], dtype=float)
+                         agree, other_len, self.recent.get(cand.source), float(cand.source == "recycling"),
+                         float(cand.source == "rest"), len(cand)], dtype=float)
 
     def draft(self, context: list[int]) -> Tree:
         t0 = time.perf_counter()
-        self._cands = [c.draft(context) for c in self.caches]
+        self.candidates([c.draft(context) for c in self.caches])
         self._cache_s = time.perf_counter() - t0
         X = np.stack([self.features(i, context) for i in range(len(self._cands))])
         best, use_cache = self._choose(X, context)
         if use_cache:
             tree = self._cands[best]
-            if self._keep is not None and self._keep < len(tree):     # a point-mass chain: cut it
+            if self._keep is not None and self._keep < len(tree) and tree.is_chain:   # a point-mass chain: cut it
                 tree = Tree.chain(tree.tokens[: self._keep], None, source=tree.source)
+        elif self.model is None:                # no model drafter: a plain step
+            tree = Tree([], [], None, source="none")
         else:                                   # the oracle may already have drafted from the model
             tree = self._peek if self._peek is not None else self.model.draft(context)
-        self.log.append(dict(zip(FEATURES, X[best].tolist()), source="cache" if use_cache else "model",
+        self._used = tree.source if use_cache else "model" if self.model is not None else "none"
+        self.log.append(dict(zip(FEATURES, X[best].tolist()), source="cache" if use_cache else self._used,
                              cache_source=self._cands[best].source, drafted=len(tree), cache_s=self._cache_s))
-        self._used = tree.source if use_cache else "model"
         return tree
 
     def _choose(self, X: np.ndarray, context: list[int]) -> tuple[int, bool]:
@@ -283,28 +334,41 @@ class HybridDrafter:
             return 0, n > 0 and X[0, FEATURES.index("match_len")] >= 4
         if self.policy == "oracle":
             return self._oracle(context)
-        c, k = self.costs, self.model.max_nodes
+        c = self.costs
         gain = np.cumsum(self.predictor.survival(X), 1)             # [i, m - 1]: expected payoff of m tokens
         best, rate = 0, -1.0
         for i, cand in enumerate(self._cands):
-            for m in (range(1, len(cand) + 1) if self.cut else [len(cand)] if len(cand) else []):
+            if not len(cand):
+                continue
+            if not cand.is_chain:               # a tree: whole, its expected accepted depth for its size
+                r = (gain[i, self._depth[i] - 1] + 1) / (self._cache_s + c.verify(len(cand) + 1))
+                if r > rate:
+                    best, rate, self._keep = i, r, None
+                continue
+            for m in (range(1, len(cand) + 1) if self.cut else [len(cand)]):
                 r = (gain[i, m - 1] + 1) / (self._cache_s + c.verify(m + 1))
                 if r > rate:
                     best, rate, self._keep = i, r, m
-        a = min(self.recent.get("model"), 0.999)
+        if self.model is None:                  # the alternative: a plain step, one token per pass
+            return best, bool(rate > 1 / (self._cache_s + c.verify(1)))
+        a, k = min(self.recent.get("model"), 0.999), self.model.max_nodes
         e_model = (a - a ** (k + 1)) / (1 - a)                     # expected accepted, i.i.d. a
         rate_model = (e_model + 1) / (self._cache_s + k * c.model_token_s + c.verify(k + 1))
         return best, bool(rate > rate_model)
 
     def _oracle(self, context: list[int]) -> tuple[int, bool]:
         future = self.reference[len(context) - self.prompt_len:]
-        accepted = [_common_prefix(t.tokens, future) for t in self._cands]
+        accepted = [accepted_greedy(t, future) for t in self._cands]
         best = int(np.argmax(accepted))         # ties: the earlier cache
         # the model draft is computed for the comparison only when no cache draft is already perfect
-        if accepted[best] == len(self._cands[best]) and accepted[best] > 0:
-            return best, True
+        if (accepted[best] == self._depth[best] and accepted[best] > 0) or self.model is None:
+            return best, accepted[best] > 0
         self._peek = self.model.draft(context)
-        return best, accepted[best] > _common_prefix(self._peek.tokens, future)
+        return best, accepted[best] > accepted_greedy(self._peek, future)
+
+    def observe_verify(self, tokens: list[int], logits: torch.Tensor, path: list[int], next_token: int) -> None:
+        for d in self._observers:
+            d.observe_verify(tokens, logits, path, next_token)
 
     def observe(self, accepted: list[int]) -> None:
         step = self.log[-1]

@@ -105,7 +105,7 @@ class TokenRecycling:
                                "target's vocabulary size (speclib.generate calls it)")
         if not self.shared:
             self.matrix.fill(-1)
-        self._rows = np.empty((0, self.top_k), dtype=np.int32)
+        self.last: dict = {}
 
     def draft(self, context: list[int]) -> Tree:
         M, root = self.matrix, context[-1]
@@ -119,16 +119,22 @@ class TokenRecycling:
                 continue
             kept[i], node_tokens[i] = len(tokens), t
             tokens.append(t); parents.append(kept[p])
-        self._rows = M[[root] + tokens].copy()   # the rows this draft read, for rank_counts
+        value = {-1: 1.0}                        # the template's path values of the nodes kept
+        for i in kept:
+            if i >= 0:
+                value[i] = value[self.parents[i]] * self.rank_accept[self.ranks[i]]
+        self.last = dict(score=sum(value.values()) - 1.0, match_len=0, draft_len=len(tokens))
         return Tree(tokens, parents, None, source="recycling")
 
     def observe_verify(self, tokens: list[int], logits: torch.Tensor, path: list[int], next_token: int) -> None:
         """Learn from a verify pass: tokens = [root] + the tree's tokens, logits [N + 1, V] the target's
         raw logits (row i after tokens[i]), path the accepted tree nodes, next_token the token after them."""
-        # which candidate the target took after each accepted token (the root, then the path)
+        # which candidate the target took after each accepted token (the root, then the path); the
+        # matrix is as the draft read it (nothing writes between draft and verify), whichever drafter
+        # proposed the verified tree
         chain = [0] + [i + 1 for i in path]
         taken = [tokens[i] for i in chain[1:]] + [next_token]
-        for row, t in zip(self._rows[chain], taken):
+        for row, t in zip(self.matrix[[tokens[i] for i in chain]], taken):
             hit = np.flatnonzero(row == t)
             self.rank_counts[hit[0] if len(hit) else self.top_k] += 1
         top = torch.topk(logits.float(), self.top_k, dim=-1).indices.numpy().astype(np.int32)

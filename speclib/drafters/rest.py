@@ -191,7 +191,11 @@ class RestDrafter:
             tokens.append(pre[-1]); parents.append(index[pre[:-1]])
             for c in children.get(pre, []):
                 heapq.heappush(heap, (-counts[c], c))
-        self.last = dict(match_len=m, candidates=len(conts), draft_len=len(tokens))
+        spine, pre = [], ()                      # the most frequent path: its share of the continuations
+        while (kids := [c for c in children.get(pre, []) if c in index]):
+            pre = max(kids, key=lambda c: counts[c])
+            spine.append(counts[pre] / len(conts))
+        self.last = dict(score=float(len(conts)), match_len=m, candidates=len(conts), draft_len=len(tokens), probs=spine)
         return Tree(tokens, parents, None, source="rest")
 
 
