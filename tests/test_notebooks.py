@@ -290,9 +290,10 @@ def test_07_spec_bench_smoke(smoke_run):
     # Spec-Bench's ratio, recomputed from the saved runs: mean tokens/s of the method over AR's
     ov = table[table.task == "overall"].set_index("method")
     # (each step's methods against that step's own AR runs)
-    for step_runs in ("runs", "recycling_runs", "rest_runs"):
+    for step_runs, methods in (("runs", None), ("recycling_runs", None), ("rest_runs", None),
+                               ("es_runs", {"lookahead", "HVD (every source)"})):
         runs = pd.read_parquet(res / f"{step_runs}.parquet")
-        for m in set(runs.method) - {"AR"}:
+        for m in methods or set(runs.method) - {"AR"}:
             assert np.isclose(ov.spec_bench_ratio[m], runs[runs.method == m].tokens_per_s.mean() / runs[runs.method == "AR"].tokens_per_s.mean())
     ident = pd.read_parquet(res / "identity.parquet").set_index("method")
     lossless = ["prompt lookup", "suffix"]
@@ -320,3 +321,12 @@ def test_07_spec_bench_smoke(smoke_run):
     assert np.isclose(pd.read_parquet(res / "recycling_ranks.parquet").share.sum(), 1)
     store = pd.read_parquet(res / "rest_store.parquet").iloc[0]
     assert store.tokens > 1000 and store.source == "prompts"
+    # Lookahead at the cost model's setting and HVD over every source: lossless, paired with the single sources
+    every = ["lookahead", "HVD (every source)"]
+    assert set(every) <= set(ov.index) and (ident.identical[every] == ident.turns[every]).all()
+    la = pd.read_parquet(res / "es_lookahead.parquet")
+    assert la.chosen.sum() == 1 and la.predicted_speedup[la.chosen].iloc[0] == la.predicted_speedup.max()
+    over = pd.read_parquet(res / "every_source_over.parquet").set_index("reference")
+    assert set(over.index) == {"prompt lookup", "suffix", "lookahead"} and ci_contains(over.speedup, over.lo, over.hi)
+    ch = pd.read_parquet(res / "es_choice.parquet")
+    assert set(ch.source) <= {"prompt_lookup", "suffix", "recycling", "rest", "plain step"} and (ch.accepted <= ch.drafted).all()
