@@ -1138,6 +1138,10 @@ display(study.summary())
 #   target ranked after each token earlier, text that neither the prompt nor earlier outputs contain;
 #   compare its tokens per call and speedup with prompt lookup's per workload, and with REST's, whose
 #   datastore is the text the models were trained on.
+# * **A new source helps only as far as the predictor can tell when it pays.** Section 8 adds Token
+#   Recycling and REST to HVD's choice; compare HVD over every source with HVD over two sources (paired
+#   per prompt), and each source's predicted against accepted tokens, and Lookahead's tokens per call with
+#   the width of the pass it pays for them on this CPU.
 # * **Nothing here changes the output**: every policy's text equals AR's, checked token for token.
 #
 # Caveats: one seed, `N_EVAL` prompts per workload, greedy decoding only (with sampling a cache draft
