@@ -16,7 +16,7 @@ import torch
 from .sampling import Sampling
 from .tree import Tree
 
-__all__ = ["LM", "BatchedLM", "FeatureLM", "Drafter", "VerifyObserver", "Acceptor", "PerRequestAcceptor", "LogitsAcceptor"]
+__all__ = ["LM", "BatchedLM", "FeatureLM", "Drafter", "VerifyObserver", "ScoredDrafter", "Acceptor", "PerRequestAcceptor", "LogitsAcceptor"]
 
 
 @runtime_checkable
@@ -156,6 +156,18 @@ class VerifyObserver(Drafter, Protocol):
     """
 
     def observe_verify(self, tokens: list[int], logits: torch.Tensor, path: list[int], next_token: int) -> None: ...
+
+
+@runtime_checkable
+class ScoredDrafter(Drafter, Protocol):
+    """Capability: a cache drafter that describes its last draft, for HVD's payoff predictor
+    (`speclib.drafters.hybrid.FEATURES`):
+
+        last    {"score": the drafter's own confidence, "match_len": tokens of context matched,
+                 "probs": per drafted token (optional), "tree": "local" | "global" (optional)}
+    """
+
+    last: dict
 
 
 @runtime_checkable

@@ -486,3 +486,27 @@ def test_feature_matrix_fills_the_tree_columns_of_older_logs():
     assert (X[:, FEATURES.index("nodes")] == old.draft_len).all()
     new = pd.DataFrame([{f: 1.0 for f in FEATURES}])
     assert (feature_matrix(new) == 1).all()
+
+
+def test_cache_drafters_describe_their_drafts_for_hvd():
+    """Every shipped cache drafter is a `ScoredDrafter` once reset (HVD reads `last`, no name probes);
+    prompt lookup's description is what HVD assumed before it had one: its length as score, certain tokens."""
+    from speclib.protocols import ScoredDrafter
+    from speclib import Lookahead
+    target = tiny_lm(32, 2, vocab=16, seed=0)
+    text = generate(target, REPEATY, 40, sampling=GREEDY).tokens
+    for d in (PromptLookupDrafter(2, 5), SuffixDrafter(max_depth=8, max_spec=6), TokenRecycling(top_k=2, nodes=3),
+              RestDrafter(Datastore(text, 8), nodes=3)):
+        d.check_compatible(target)
+        d.reset(REPEATY, GREEDY, torch.Generator())
+        assert isinstance(d, ScoredDrafter), type(d).__name__
+        d.draft(REPEATY + text[:5])
+        assert {"score", "match_len"} <= set(d.last)
+    pl = PromptLookupDrafter(2, 5)
+    pl.reset(REPEATY, GREEDY, torch.Generator())
+    t = pl.draft(REPEATY)
+    assert t.tokens == [4, 5, 1, 2, 3] and pl.last == dict(score=5.0, match_len=2, draft_len=5, probs=[1.0] * 5)
+    assert pl.draft([9, 8]).tokens == [] and pl.last["match_len"] == 0
+    la = Lookahead()
+    la.reset(REPEATY, GREEDY, torch.Generator())
+    assert not isinstance(la, ScoredDrafter)          # HVD gives it default features

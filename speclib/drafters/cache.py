@@ -45,21 +45,23 @@ class PromptLookupDrafter(_CacheDrafter):
         self.max_ngram, self.k = max_ngram, k
 
     def reset(self, prompt: list[int], sampling: Sampling, gen: torch.Generator) -> None:
-        self.match_len = 0
+        self.match_len, self.last = 0, {}
 
     def draft(self, context: list[int]) -> Tree:
         ctx = torch.as_tensor(context)
         L = len(context)
+        cont, self.match_len = [], 0
         for n in range(min(self.max_ngram, L - 1), 0, -1):
             windows = ctx[: L - 1].unfold(0, n, 1) if L - 1 >= n else ctx[:0].view(0, n)
             hits = (windows == ctx[L - n:]).all(1).nonzero().flatten().tolist()
-            for start in hits:                        # earliest first; the continuation must exist
-                cont = context[start + n: start + n + self.k]
-                if cont:
-                    self.match_len = n
-                    return Tree.chain(cont, None, source="prompt_lookup")
-        self.match_len = 0
-        return Tree([], [], None, source="prompt_lookup")
+            # earliest first; the continuation must exist
+            cont = next((c for start in hits if (c := context[start + n: start + n + self.k])), [])
+            if cont:
+                self.match_len = n
+                break
+        # no frequencies: every copied token counts as certain (HVD's features, `ScoredDrafter`)
+        self.last = dict(score=float(len(cont)), match_len=self.match_len, draft_len=len(cont), probs=[1.0] * len(cont))
+        return Tree.chain(cont, None, source="prompt_lookup")
 
 
 class SuffixTree:

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from ..protocols import LM, VerifyObserver
+from ..protocols import LM, ScoredDrafter, VerifyObserver
 from ..sampling import Sampling
 from ..tree import Tree
 
@@ -277,6 +277,7 @@ class HybridDrafter:
             raise ValueError("the hindsight oracle is defined for greedy decoding only")
         for c in self.caches + self._models:
             c.reset(prompt, sampling, gen)
+        self._scored = [isinstance(c, ScoredDrafter) for c in self.caches]     # `last` may appear at reset
         self.prompt_len, self.recent, self.log = len(prompt), _Recent(), []
         self.recent.rate["model"] = self.model_prior
         self._peek = None
@@ -290,13 +291,13 @@ class HybridDrafter:
     def features(self, i: int, context: list[int]) -> np.ndarray:
         """The features of cache candidate i (see FEATURES)."""
         cand, cache = self._cands[i], self.caches[i]
-        last = getattr(cache, "last", None) or {}
+        last = cache.last if self._scored[i] else {}
         probs = last.get("probs", [1.0] * len(cand)) or [0.0]
         others = [s for j, s in enumerate(self._spines) if j != i]
         agree = max((_common_prefix(self._spines[i], o) for o in others), default=0)
         other_len = max((len(o) for o in others), default=0)
         return np.array([float(cand.source == "suffix"), last.get("score", float(len(cand))),
-                         last.get("match_len", getattr(cache, "match_len", 0)), self._depth[i], probs[0], probs[-1],
+                         last.get("match_len", 0), self._depth[i], probs[0], probs[-1],
                          float(np.mean(probs)), len(context) - self.prompt_len, float(last.get("tree") == "global"),
                          agree, other_len, self.recent.get(cand.source), float(cand.source == "recycling"),
                          float(cand.source == "rest"), len(cand)], dtype=float)
