@@ -1076,6 +1076,7 @@ display(over[["speedup", "lo", "hi", "total_ratio"]].round(2))
 
 share = es_choice.groupby("source").size() / len(es_choice)
 cal = es_choice.dropna(subset=["predicted"]).groupby("source")[["predicted", "accepted"]].mean()
+overpromise = cal.predicted - cal.accepted         # tokens per verified step the predictor over-promised
 fig, axes = plt.subplots(1, 2, figsize=(11, 3.8), gridspec_kw=dict(width_ratios=[1.6, 1]))
 order = es_speed.speedup.sort_values().index
 axes[0].barh(order, es_speed.speedup[order], xerr=[es_speed.speedup[order] - es_speed.lo[order],
@@ -1110,7 +1111,10 @@ display(Markdown(
     + " of its steps" + (f" and never picked {', '.join(never)}" if never else "") + ". Per source, the predictor's expected "
     "accepted tokens against what was accepted when it verified that source: " + "; ".join(
         f"{s} {r.predicted:.2f} vs {r.accepted:.2f}" for s, r in cal.iterrows()) + " (a source it over-promises on is "
-    "verified too often, one it under-promises on too rarely)."))
+    "verified too often, one it under-promises on too rarely)." + f" The predictor was fitted on {len(es['es_logs']):,} logged candidates; it over-promised most on "
+    f"{overpromise.idxmax()} ({overpromise.max():+.2f} tokens per verified step, {share.get(overpromise.idxmax(), 0):.0%} of "
+    f"the steps): those steps were chosen on payoffs they did not deliver, so at some of them another source would "
+    "have been the better choice."))
 
 # %% [markdown]
 # ### This run's steps

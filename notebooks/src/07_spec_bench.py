@@ -543,6 +543,7 @@ results.save(es_over.reset_index().assign(**meta), f"{NB}/every_source_over")
 display(es_speed[["speedup", "lo", "hi", "total_ratio", "tokens_per_call", "identical", "runs"]].round(3))
 share = es_choice.groupby("source").size() / len(es_choice)
 cal = es_choice.dropna(subset=["predicted"]).groupby("source")[["predicted", "accepted"]].mean()
+overpromise = cal.predicted - cal.accepted         # tokens per verified step the predictor over-promised
 la_best, h = es_la[es_la.chosen].iloc[0], es_over.loc[best_single]
 never = [s for s in ["prompt_lookup", "suffix", "recycling", "rest"] if s not in share.index]
 display(Markdown(
@@ -557,7 +558,11 @@ display(Markdown(
        if h.speedup >= 1.15 else "the 1.15x goal is not met. ")
     + "It verified " + ", ".join(f"{s} {v:.0%}" for s, v in share.sort_values(ascending=False).items()) + " of its steps"
     + (f" and never picked {', '.join(never)}" if never else "") + ". Predicted against accepted tokens when it verified "
-    "each source: " + "; ".join(f"{s} {r.predicted:.2f} vs {r.accepted:.2f}" for s, r in cal.iterrows()) + "."))
+    "each source: " + "; ".join(f"{s} {r.predicted:.2f} vs {r.accepted:.2f}" for s, r in cal.iterrows()) + "."
+    + f" The predictor was fitted on {len(esaved['es_logs']):,} logged candidates; it over-promised most on "
+    f"{overpromise.idxmax()} ({overpromise.max():+.2f} tokens per verified step, {share.get(overpromise.idxmax(), 0):.0%} of "
+    f"the steps): those steps were chosen on payoffs they did not deliver, so at some of them a plain step or another source would "
+    "have been the better choice."))
 
 results.save(table.assign(**meta), f"{NB}/task_table")
 order = [*dict.fromkeys(tasks.values()), "overall"]
