@@ -171,21 +171,21 @@ def test_two_node_cluster_on_this_machine(tmp_path):
 
 @needs_shipped
 def test_smoke_sweep_of_a_workbook_notebook(tmp_path):
-    """Two SMOKE points of notebook 05 (stock torch only: the other runtimes' exports take a minute a
-    point) on local Ray, started and stopped by the sweep itself."""
+    """One SMOKE point of notebook 05 (stock torch only: the other runtimes' exports take a minute a
+    point) on local Ray, started and stopped by the sweep itself. Combining several points' tables is
+    checked on the probe notebook (TestOnOneLocalRay); a second real point would only add a minute."""
     import ray
     fixed = {"SMOKE": True, "BACKENDS": ["torch", "serial:torch"]}
-    runs = sweep.run_sweep(REPO / "notebooks" / "05_backend_latency.ipynb", {"SEED": [0, 1]}, fixed,
+    runs = sweep.run_sweep(REPO / "notebooks" / "05_backend_latency.ipynb", {"SEED": [1]}, fixed,
                            name="smoke", out=tmp_path, progress=False)
     assert not ray.is_initialized()
-    assert runs.status.tolist() == ["done", "done"], runs.error.tolist()
+    assert runs.status.tolist() == ["done"], runs.error.tolist()
     assert {"point", "SEED", "params", "seconds", "node", "host", "node_cpus", "cpus"} <= set(runs.columns)
     s = tmp_path / "smoke"
-    for point in ("SEED-0", "SEED-1"):
-        assert (s / point / "05_backend_latency.ipynb").is_file()
-        assert list((s / point / "results" / "05_backend_latency").glob("*.parquet"))
+    assert (s / "SEED-1" / "05_backend_latency.ipynb").is_file()
+    assert list((s / "SEED-1" / "results" / "05_backend_latency").glob("*.parquet"))
     tables = sorted((s / "tables" / "05_backend_latency").glob("*.parquet"))
     assert tables
     for t in tables:
         df = pd.read_parquet(t)
-        assert set(df.SEED) == {0, 1} and set(df.point) == {"SEED-0", "SEED-1"}, t.name
+        assert set(df.SEED) == {1} and set(df.point) == {"SEED-1"}, t.name

@@ -1111,10 +1111,11 @@ display(Markdown(
     + " of its steps" + (f" and never picked {', '.join(never)}" if never else "") + ". Per source, the predictor's expected "
     "accepted tokens against what was accepted when it verified that source: " + "; ".join(
         f"{s} {r.predicted:.2f} vs {r.accepted:.2f}" for s, r in cal.iterrows()) + " (a source it over-promises on is "
-    "verified too often, one it under-promises on too rarely)." + f" The predictor was fitted on {len(es['es_logs']):,} logged candidates; it over-promised most on "
-    f"{overpromise.idxmax()} ({overpromise.max():+.2f} tokens per verified step, {share.get(overpromise.idxmax(), 0):.0%} of "
-    f"the steps): those steps were chosen on payoffs they did not deliver, so at some of them another source would "
-    "have been the better choice."))
+    "verified too often, one it under-promises on too rarely)."
+    + (f" The predictor was fitted on {len(es['es_logs']):,} logged candidates; it over-promised most on "
+       f"{overpromise.idxmax()} ({overpromise.max():+.2f} tokens per verified step, {share.get(overpromise.idxmax(), 0):.0%} of "
+       "the steps): those steps were chosen on payoffs they did not deliver, so at some of them another source would "
+       "have been the better choice." if len(overpromise) else " It verified no cache candidate: every step used the model drafter.")))
 
 # %% [markdown]
 # ### This run's steps

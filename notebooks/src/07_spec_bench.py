@@ -559,10 +559,10 @@ display(Markdown(
     + "It verified " + ", ".join(f"{s} {v:.0%}" for s, v in share.sort_values(ascending=False).items()) + " of its steps"
     + (f" and never picked {', '.join(never)}" if never else "") + ". Predicted against accepted tokens when it verified "
     "each source: " + "; ".join(f"{s} {r.predicted:.2f} vs {r.accepted:.2f}" for s, r in cal.iterrows()) + "."
-    + f" The predictor was fitted on {len(esaved['es_logs']):,} logged candidates; it over-promised most on "
-    f"{overpromise.idxmax()} ({overpromise.max():+.2f} tokens per verified step, {share.get(overpromise.idxmax(), 0):.0%} of "
-    f"the steps): those steps were chosen on payoffs they did not deliver, so at some of them a plain step or another source would "
-    "have been the better choice."))
+    + (f" The predictor was fitted on {len(esaved['es_logs']):,} logged candidates; it over-promised most on "
+       f"{overpromise.idxmax()} ({overpromise.max():+.2f} tokens per verified step, {share.get(overpromise.idxmax(), 0):.0%} of "
+       "the steps): those steps were chosen on payoffs they did not deliver, so at some of them a plain step or another "
+       "source would have been the better choice." if len(overpromise) else " It verified no cache candidate: every step was a plain one.")))
 
 results.save(table.assign(**meta), f"{NB}/task_table")
 order = [*dict.fromkeys(tasks.values()), "overall"]
