@@ -168,3 +168,14 @@ def test_bad_inputs():
         TokenRecycling().reset([1], GREEDY, torch.Generator())
     with pytest.raises(ValueError, match="no verify pass"):
         TokenRecycling().fitted_rank_accept()
+
+
+def test_draft_score_is_the_expected_accepted_tokens_of_the_nodes_kept():
+    d = TokenRecycling(top_k=2, nodes=6, rank_accept=(0.6, 0.3))
+    d.check_compatible(_Vocab(5))
+    d.reset([0], GREEDY, torch.Generator())
+    d.matrix[:] = [[1, 2]] * 5                                # every row full: the whole template is kept
+    assert len(d.draft([0])) == 6 and d.last["score"] == pytest.approx(expected_accepted(d.parents, d.ranks, d.rank_accept))
+    d.matrix[:, 1] = -1                                       # only rank-0 candidates: the rank-0 chain
+    tree = d.draft([0])
+    assert tree.is_chain and d.last["score"] == pytest.approx(sum(0.6 ** j for j in range(1, len(tree) + 1)))

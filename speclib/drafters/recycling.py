@@ -119,11 +119,9 @@ class TokenRecycling:
                 continue
             kept[i], node_tokens[i] = len(tokens), t
             tokens.append(t); parents.append(kept[p])
-        value = {-1: 1.0}                        # the template's path values of the nodes kept
-        for i in kept:
-            if i >= 0:
-                value[i] = value[self.parents[i]] * self.rank_accept[self.ranks[i]]
-        self.last = dict(score=sum(value.values()) - 1.0, match_len=0, draft_len=len(tokens))
+        # score: the expected accepted tokens of the nodes kept, under the template's rank_accept
+        score = expected_accepted(parents, [self.ranks[i] for i in kept if i >= 0], self.rank_accept)
+        self.last = dict(score=score, match_len=0, draft_len=len(tokens))
         return Tree(tokens, parents, None, source="recycling")
 
     def observe_verify(self, tokens: list[int], logits: torch.Tensor, path: list[int], next_token: int) -> None:
