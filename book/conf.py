@@ -1,6 +1,6 @@
-"""Sphinx configuration of the speclib book (`make book`, `python -m speclib.book`).
+"""Sphinx configuration of the speclib book (`make book`, `python -m speclib book`).
 
-The book is built from a staging folder that `speclib.book` fills: this file, index.md, the maths
+The book is built from a staging folder that `speclib.workbook.book` fills: this file, index.md, the maths
 pages of docs/ and the notebooks as papermill executed them. Nothing is executed again here
 (`nb_execution_mode = "off"`), and every asset, MathJax included, is served from the built folder,
 so the book opens from any static file server with no network.

@@ -7,7 +7,7 @@ import torch
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-from speclib.device import set_threads  # noqa: E402
+from speclib.core.device import set_threads  # noqa: E402
 
 # Under pytest-xdist (`make test` runs two workers) each worker, and the notebook kernels it starts, takes
 # one thread: two workers at two threads each would oversubscribe the two cores.
@@ -19,11 +19,11 @@ import pytest  # noqa: E402
 from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
 
 import speclib  # noqa: E402
-from speclib.lm import HFLM  # noqa: E402
-from speclib.models import LlamaLM  # noqa: E402
+from speclib.lms.lm import HFLM  # noqa: E402
+from speclib.lms import LlamaLM  # noqa: E402
 
 SHIPPED = {"code-target", "code-draft"} <= set(speclib.checkpoints())
-needs_shipped = pytest.mark.skipif(not SHIPPED, reason="shipped checkpoints missing (python -m speclib.train)")
+needs_shipped = pytest.mark.skipif(not SHIPPED, reason="shipped checkpoints missing (python -m speclib train)")
 
 
 def tiny_lm(hidden=32, layers=2, vocab=64, seed=0, max_pos=256, impl="hf") -> HFLM:
@@ -86,9 +86,9 @@ def smoke_run(tmp_path_factory):
     makes the first worker to ask run it and the others wait for it."""
     from filelock import FileLock, Timeout
 
-    from speclib.device import REPO
-    from speclib.notebooks import run
-    from speclib.study import broken_steps
+    from speclib.core.device import REPO
+    from speclib.workbook.notebooks import run
+    from speclib.workbook.study import broken_steps
     base = tmp_path_factory.getbasetemp()
     root = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "smoke"
     root.mkdir(exist_ok=True)

@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from speclib import Lossless, Tree
-from speclib.acceptance import output_distribution, residual
-from speclib.stats import chi2_two_sample
+from speclib.core.acceptance import output_distribution, residual
+from speclib.research.stats import chi2_two_sample
 
 
 def random_pair(v, gen, zeros_p=0, zeros_q=0):

@@ -6,9 +6,9 @@ import pytest
 import torch
 
 import speclib
-from speclib import backends
-from speclib.backends import BACKENDS, SerialLM
-from speclib.tree import Tree
+from speclib.lms import backends
+from speclib.lms.backends import BACKENDS, SerialLM
+from speclib.core.tree import Tree
 from conftest import needs_shipped, tiny_lm
 
 # Tolerances on logits: max |difference| over every position, against torch fp32 (the shipped models'

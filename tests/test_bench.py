@@ -1,4 +1,4 @@
-"""The one speedup estimator and the paired runner (speclib.bench), and the device helpers.
+"""The one speedup estimator and the paired runner (speclib.research.bench), and the device helpers.
 No timing is asserted: the estimator is checked on hand-made rows with known answers."""
 import subprocess
 import sys
@@ -7,7 +7,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from speclib import ModelDrafter, Sampling, bench, device, generate
+from speclib import ModelDrafter, Sampling
+from speclib.research import bench
+from speclib import generate
+from speclib.core import device
 
 
 def _rows(ar_s, sd_s, tokens=64, rounds=1):
@@ -88,7 +91,7 @@ def test_paired_runs_refuse_bad_input(pair):
 
 def test_cpu_count_follows_the_affinity_mask_and_the_cgroup_quota(monkeypatch):
     code = "import os; os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}); " \
-           "from speclib.device import cpu_count; print(cpu_count())"
+           "from speclib.core.device import cpu_count; print(cpu_count())"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "1"
     monkeypatch.setattr(device, "_cgroup_quota", lambda: 0.5)
     assert device.cpu_count() == 1
@@ -114,7 +117,7 @@ def test_threads_context_sets_then_restores_the_count():
 
 def test_analytic_model_closed_forms():
     """E = 1 + a + ... + a^k (a geometric sum, summed here term by term) and speedup E / (k c + v)."""
-    from speclib.analytic import expected_tokens, predicted_speedup
+    from speclib.core.analytic import expected_tokens, predicted_speedup
     for a, k in [(0.0, 3), (0.5, 1), (0.73, 5), (1.0, 4)]:
         assert expected_tokens(a, k) == pytest.approx(sum(a ** i for i in range(k + 1)))
     assert predicted_speedup(0.5, 2, 0.1, 1.3) == pytest.approx(1.75 / 1.5)
@@ -124,7 +127,7 @@ def test_acceptance_needed_inverts_the_predicted_speedup():
     """acceptance_needed is the inverse of predicted_speedup in alpha on random (k, c, v, alpha); nan
     past the chain's ceiling (k + 1) / (k c + v), 0 when one token per call already suffices."""
     import math
-    from speclib.analytic import acceptance_needed, predicted_speedup
+    from speclib.core.analytic import acceptance_needed, predicted_speedup
     rng = np.random.default_rng(0)
     for _ in range(50):
         k, c, v, a = int(rng.integers(1, 9)), rng.uniform(0, 0.5), rng.uniform(1, 2.5), rng.uniform(0.01, 0.99)

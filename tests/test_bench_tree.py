@@ -1,13 +1,13 @@
-"""Measurement helpers of notebook 03 (speclib.bench_tree) and the per-token acceptance estimate."""
+"""Measurement helpers of notebook 03 (speclib.research.bench_tree) and the per-token acceptance estimate."""
 import random
 
 import pytest
 import torch
 from transformers import Qwen3_5ForCausalLM
 
-from speclib import bench, bench_tree
-from speclib.models.hybrid import HybridLM, tiny_config
-from speclib.tree import check_parents
+from speclib.research import bench, bench_tree
+from speclib.lms.hybrid import HybridLM, tiny_config
+from speclib.core.tree import check_parents
 
 
 @pytest.fixture(scope="module")

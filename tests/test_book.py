@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from conftest import needs_shipped
-from speclib.device import REPO
+from speclib.core.device import REPO
 
 CHROMIUM = os.environ.get("SPECLIB_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
 try:
@@ -92,7 +92,7 @@ def check_links(html_root: Path, page_path: Path, hrefs: list[str]) -> list[str]
 @needs_shipped
 @needs_browser
 def test_book_pages_load_typeset_maths_decode_figures_and_link(smoke_run, browser, tmp_path):
-    from speclib import book
+    from speclib.workbook import book
     # from the last notebook back, skipping any another pytest-xdist worker is running now (its own smoke
     # test, usually taken in file order), then waiting for those: the two workers meet in the middle
     pending = [nb for nb in reversed(NOTEBOOKS) if smoke_run(nb, block=False) is None]

@@ -11,12 +11,13 @@ import random
 import pytest
 import torch
 
-from speclib import ModelDrafter, Sampling, generate
-from speclib.drafters.branches import BranchSkipLM
-from speclib.models.hybrid import HybridLM, tiny_config
-from speclib.stateful import StatefulLM
-from speclib.stats import run_permutation_test
-from speclib.support import tiny_model
+from speclib import ModelDrafter, Sampling
+from speclib import generate
+from speclib.lms.branches import BranchSkipLM
+from speclib.lms.hybrid import HybridLM, tiny_config
+from speclib.lms.stateful import StatefulLM
+from speclib.research.stats import run_permutation_test
+from speclib.research.support import tiny_model
 
 GREEDY, T1 = Sampling(temperature=0.0), Sampling(temperature=1.0)
 

@@ -8,10 +8,11 @@ import pytest
 import torch
 from conftest import tiny_lm
 
-from speclib import Sampling, generate
-from speclib.acceptance import Lossless, output_distribution
+from speclib import Sampling
+from speclib import generate
+from speclib.core.acceptance import Lossless, output_distribution
 from speclib.drafters.cache import PromptLookupDrafter, SuffixDrafter, SuffixTree
-from speclib.tree import Tree
+from speclib.core.tree import Tree
 
 GREEDY = Sampling(0.0)
 
@@ -158,7 +159,7 @@ def test_greedy_identity_with_cache_drafts(make):
 # --- HybridDrafter: every policy ------------------------------------------------------------------
 from speclib import ModelDrafter                                    # noqa: E402
 from speclib.drafters.hybrid import FEATURES, POLICIES, Costs, HybridDrafter, PayoffPredictor  # noqa: E402
-from speclib.stats import chi2_two_sample                            # noqa: E402
+from speclib.research.stats import chi2_two_sample                            # noqa: E402
 
 REPEATY = [1, 2, 3, 4, 5, 1, 2, 3, 4, 5, 1, 2, 3]
 
@@ -491,7 +492,7 @@ def test_feature_matrix_fills_the_tree_columns_of_older_logs():
 def test_cache_drafters_describe_their_drafts_for_hvd():
     """Every shipped cache drafter is a `ScoredDrafter` once reset (HVD reads `last`, no name probes);
     prompt lookup's description is what HVD assumed before it had one: its length as score, certain tokens."""
-    from speclib.protocols import ScoredDrafter
+    from speclib.core.protocols import ScoredDrafter
     from speclib import Lookahead
     target = tiny_lm(32, 2, vocab=16, seed=0)
     text = generate(target, REPEATY, 40, sampling=GREEDY).tokens

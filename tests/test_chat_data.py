@@ -1,8 +1,8 @@
-"""speclib.chat_data: the instructions a pretrained target answers to make its drafts' training data."""
+"""speclib.research.chat_data: the instructions a pretrained target answers to make its drafts' training data."""
 import pytest
 
-from speclib import chat_data, spec_bench
-from speclib.heads import token_counts
+from speclib.research import chat_data, spec_bench
+from speclib.lms.head import token_counts
 
 
 def test_instructions_are_deterministic_varied_and_split_by_file():
@@ -30,7 +30,7 @@ def test_instructions_are_not_spec_bench_questions():
 
 def test_missing_answers_and_counts_say_how_to_make_them(tmp_path, monkeypatch):
     monkeypatch.setattr(chat_data, "STATE", tmp_path)
-    with pytest.raises(FileNotFoundError, match="python -m speclib.chat_data"):
+    with pytest.raises(FileNotFoundError, match="python -m speclib chat_data"):
         chat_data.stream("smollm2-135m-instruct", "train")
     with pytest.raises(ValueError, match="token_counts.npy"):
         token_counts(tmp_path)

@@ -6,11 +6,14 @@ import pytest
 import torch
 
 import speclib
-from speclib import Sampling, cospec, data, generate
-from speclib.cospec import FEATURES, Arbiter, Fuzzy, Policy, Typical
+from speclib import Sampling
+from speclib.acceptors import cospec
+from speclib.research import cospec_rollouts, cospec_training
+from speclib.research import data
+from speclib import generate
+from speclib.acceptors.cospec import FEATURES, Arbiter, Fuzzy, Policy, Typical
 from speclib.drafters import ModelDrafter
 
-from conftest import tiny_lm
 
 PROMPTS = [[3, 1, 4, 1, 5], [9, 2, 6], [5, 3, 5, 8, 9, 7, 9], [2, 7]]
 
@@ -37,7 +40,7 @@ def test_batched_arbitration_equals_the_sd_loop(pair, k):
     and verify-pass count of `generate` with Arbiter(policy) and a k-token ModelDrafter."""
     target, draft = pair
     policy = _keeps_sometimes
-    rows = cospec.arbitrate(target, draft, PROMPTS, k, policy, max_new_tokens=20)
+    rows = cospec_rollouts.arbitrate(target, draft, PROMPTS, k, policy, max_new_tokens=20)
     kept_total = 0
     for prompt, row in zip(PROMPTS, rows):
         arb = Arbiter(policy)
@@ -52,7 +55,7 @@ def test_batched_arbitration_equals_the_sd_loop(pair, k):
 
 def test_draft_none_is_target_greedy(pair):
     target, _ = pair
-    rows = cospec.arbitrate(target, None, PROMPTS, 1, max_new_tokens=12)
+    rows = cospec_rollouts.arbitrate(target, None, PROMPTS, 1, max_new_tokens=12)
     for prompt, row in zip(PROMPTS, rows):
         assert row["tokens"] == generate(target, prompt, 12, sampling=Sampling(0.0)).tokens
         assert row["target_calls"] == 11
@@ -85,7 +88,7 @@ def test_branch_labels_on_a_hand_checkable_case():
     target = _ScriptedLM({0: 1, 1: 2, 2: 3, 3: 9, 4: 5, 5: 9, 9: 9})
     draft = _ScriptedLM({0: 1, 1: 4, 2: 3, 3: 9, 4: 5, 5: 9, 9: 9})
     check = lambda i, toks: 5 in toks
-    labels = cospec.branch_labels(target, draft, [[0]], check, max_new_tokens=8)
+    labels = cospec_rollouts.branch_labels(target, draft, [[0]], check, max_new_tokens=8)
     assert len(labels) == 1
     (lab,) = labels
     assert lab["problem"] == 0 and lab["pos"] == 1
@@ -108,7 +111,7 @@ def test_policy_training_reduces_loss_on_a_fixed_batch():
     g = torch.Generator().manual_seed(0)
     x = torch.randn(256, len(FEATURES), generator=g)
     y = (x[:, 0] - x[:, 2] > 0.3).float()
-    curve = cospec.fit_supervised(Policy(16), x, y, steps=60)
+    curve = cospec_training.fit_supervised(Policy(16), x, y, steps=60)
     assert curve[-1] < 0.6 * curve[0]
     # policy gradient: advantages favour keeping where feature 0 is large; a few steps raise that log-prob
     pol = Policy(16).standardize_on(x)
@@ -117,7 +120,7 @@ def test_policy_training_reduces_loss_on_a_fixed_batch():
     opt = torch.optim.Adam(pol.net.parameters(), lr=0.01)
     losses = []
     for _ in range(20):
-        loss = cospec.grpo_loss(pol, feats, kept, adv)
+        loss = cospec_training.grpo_loss(pol, feats, kept, adv)
         opt.zero_grad(); loss.backward(); opt.step(); losses.append(loss.item())
     assert losses[-1] < losses[0]
 
@@ -147,7 +150,7 @@ def test_arbiter_refuses_trees_and_missing_logits():
 
 def test_policies_survive_a_parquet_round_trip(tmp_path):
     import pandas as pd
-    from speclib.cospec import FEATURES, Policy, policies_from_table, policies_table
+    from speclib.acceptors.cospec import FEATURES, Policy, policies_from_table, policies_table
     torch.manual_seed(0)
     pols = {"judge": Policy(hidden=0), "arbiter": Policy(hidden=5)}
     pols["arbiter"].standardize_on(torch.randn(20, len(FEATURES)))

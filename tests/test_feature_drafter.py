@@ -17,11 +17,13 @@ from conftest import tiny_lm
 from transformers import Qwen3_5ForCausalLM
 
 import speclib
-from speclib import FeatureDrafter, FeatureLM, Sampling, generate
+from speclib import FeatureDrafter, FeatureLM, Sampling
+from speclib import generate
 from speclib.drafters import frequent_tokens
-from speclib.heads import fit, load_head, new_head, save_head, target_pass, unrolled_loss, unrolled_states
-from speclib.models.hybrid import HybridLM, tiny_config
-from speclib.stats import chi2_two_sample
+from speclib.lms.head import load_head, new_head, save_head
+from speclib.research.heads import fit, target_pass, unrolled_loss, unrolled_states
+from speclib.lms.hybrid import HybridLM, tiny_config
+from speclib.research.stats import chi2_two_sample
 
 GREEDY, T1 = Sampling(0.0), Sampling(1.0)
 PROMPTS = [[1, 2, 3], [5, 9, 2, 33], list(range(20))]
@@ -194,7 +196,7 @@ def test_chi_square_ar_vs_feature_sd(llama, tree):
     assert chi2_two_sample(ar, token_at(d, 10**6)).p > 1e-3
 
     def accept_first(t, p, greedy, gen):          # keeps the first drafted node whatever p says: not lossless
-        return ([0], speclib.sampling.sample(p[1], gen)) if len(t) else ([], speclib.sampling.sample(p[0], gen))
+        return ([0], speclib.core.sampling.sample(p[1], gen)) if len(t) else ([], speclib.core.sampling.sample(p[0], gen))
     assert chi2_two_sample(ar, token_at(d, 10**6, accept_first)).p < 1e-3
 
 
@@ -294,8 +296,8 @@ def test_training_reduces_loss_and_resumes(tmp_path):
 def test_frozen_parts_finds_each_architectures_final_norm():
     """The final norm under the names transformers uses (Llama `norm`, GPT-2 `ln_f`), and a clear error
     for a model that has none of them."""
-    from speclib.lm import HFLM
-    from speclib.support import tiny_model
+    from speclib.lms.lm import HFLM
+    from speclib.research.support import tiny_model
     for family, name in [("llama", "norm"), ("gpt2", "ln_f")]:
         model = tiny_model(family)
         embed, norm, lm_head = HFLM(model, None, "cpu").frozen_parts()

@@ -1,10 +1,10 @@
-import numpy as np
 import pytest
 import torch
 
 import speclib
-from speclib import ModelDrafter, Sampling, generate
-from speclib.stats import chi2_two_sample, greedy_identity
+from speclib import ModelDrafter, Sampling
+from speclib import generate
+from speclib.research.stats import chi2_two_sample, greedy_identity
 from conftest import accepted, needs_shipped, noisy_copy, tiny_lm
 
 GREEDY = Sampling(0.0)
@@ -55,7 +55,7 @@ def _token_at(target, drafter, pos, n_runs, sampling, seed0=0, acceptor=None):
 class AcceptAll:
     """A wrong rule (keeps every draft token): the chi-square test must catch it."""
     def __call__(self, tree, p, greedy, gen):
-        return list(range(len(tree))), speclib.sampling.sample(p[len(tree)], gen)
+        return list(range(len(tree))), speclib.core.sampling.sample(p[len(tree)], gen)
 
 
 @pytest.mark.parametrize("sampling", [Sampling(1.0), Sampling(0.8, top_k=8, top_p=0.9)])
@@ -93,7 +93,7 @@ def test_tokenizer_mismatch(shipped):
     from transformers import AutoTokenizer
     target, draft = shipped
     other = speclib.load("code-draft")
-    other.tokenizer = AutoTokenizer.from_pretrained(speclib.lm.CHECKPOINTS / "code-draft")
+    other.tokenizer = AutoTokenizer.from_pretrained(speclib.lms.lm.CHECKPOINTS / "code-draft")
     other.tokenizer.add_tokens(["<extra>"])
     with pytest.raises(ValueError, match="tokenizer"):
         generate(target, [1], 5, drafter=ModelDrafter(other, 2))
@@ -103,7 +103,7 @@ def test_tokenizer_mismatch(shipped):
 def test_greedy_identity_shipped_models(shipped):
     """Level 3: SD = AR = transformers generate(do_sample=False) on held-out prompts."""
     target, draft = shipped
-    prompts = [r["prompt"] for r in speclib.data.load_workload("code_humaneval", 3)]
+    prompts = [r["prompt"] for r in speclib.research.data.load_workload("code_humaneval", 3)]
     ar, sd, hf, sd_runs = [], [], [], []
     for text in prompts:
         ids = target.encode(text)

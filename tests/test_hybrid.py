@@ -13,8 +13,8 @@ import torch
 from conftest import spread_hybrid
 from transformers import Qwen3_5ForCausalLM
 
-from speclib.models.hybrid import STRATEGIES, HybridLM, extend_batch, tiny_config
-from speclib.tree import path_to
+from speclib.lms.hybrid import STRATEGIES, HybridLM, extend_batch, tiny_config
+from speclib.core.tree import path_to
 
 TOL = 1e-4
 V = 64

@@ -10,9 +10,10 @@ from conftest import tiny_lm
 from transformers import Qwen3_5ForCausalLM
 
 import speclib
-from speclib import ModelDrafter, Sampling, SelfDrafter, TreeDrafter, generate, generate_batch
-from speclib.models.hybrid import HybridLM, tiny_config
-from speclib.stats import chi2_two_sample
+from speclib import ModelDrafter, Sampling, SelfDrafter, TreeDrafter, generate_batch
+from speclib import generate
+from speclib.lms.hybrid import HybridLM, tiny_config
+from speclib.research.stats import chi2_two_sample
 
 GREEDY, T1 = Sampling(0.0), Sampling(1.0)
 PROMPTS = [[3, 1, 4, 1, 5], [9, 2, 6], [5, 3, 5, 8, 9, 7, 9]]

@@ -4,11 +4,12 @@ import pytest
 import torch
 from transformers import Qwen3_5ForCausalLM
 
-from speclib import ModelDrafter, Sampling, generate
-from speclib.backends import LlamaCppLM, OnnxLM, SerialLM
-from speclib.lm import prompt_list
-from speclib.models.hybrid import HybridLM, tiny_config
-from speclib.sampling import probs
+from speclib import ModelDrafter, Sampling
+from speclib import generate
+from speclib.lms.backends import LlamaCppLM, OnnxLM, SerialLM
+from speclib.core.generate import prompt_list
+from speclib.lms.hybrid import HybridLM, tiny_config
+from speclib.core.sampling import probs
 from conftest import tiny_lm
 
 NEG = float("-inf")

@@ -5,7 +5,7 @@ import re
 import pytest
 import torch
 
-from speclib.tree import Tree
+from speclib.core.tree import Tree
 from conftest import accepted, noisy_copy, tiny_lm
 
 
@@ -44,7 +44,8 @@ def test_random_trees_and_commits(seed, impl):
 
 @pytest.mark.parametrize("impl", ["hf", "fast"])
 def test_greedy_decode_fast_equals_hf(impl):
-    from speclib import ModelDrafter, Sampling, generate
+    from speclib import ModelDrafter, Sampling
+    from speclib import generate
     ref = generate(tiny_lm(seed=3), list(range(1, 30)), 40, sampling=Sampling(0.0)).tokens
     target, draft = tiny_lm(seed=3, impl=impl), noisy_copy(seed=3, impl=impl)
     assert generate(target, list(range(1, 30)), 40, sampling=Sampling(0.0)).tokens == ref
@@ -130,7 +131,7 @@ def test_tree_probe_unsupported_mask_gives_the_reason(exc, monkeypatch):
 def test_tree_probe_on_a_model_that_unpacks_the_mask_as_2d():
     """Bloom builds its ALiBi bias from a [batch, seq] mask: transformers raises ValueError on a 4D one."""
     from transformers import BloomConfig, BloomForCausalLM
-    from speclib.lm import HFLM
+    from speclib.lms.lm import HFLM
     torch.manual_seed(0)
     lm = HFLM(BloomForCausalLM(BloomConfig(vocab_size=64, hidden_size=32, n_layer=2, n_head=4)).eval(), None,
               torch.device("cpu"))

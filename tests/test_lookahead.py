@@ -6,9 +6,10 @@ import pytest
 import torch
 from conftest import tiny_lm
 
-from speclib import Lookahead, Sampling, generate
-from speclib.protocols import VerifyObserver
-from speclib.stats import chi2_two_sample
+from speclib import Lookahead, Sampling
+from speclib import generate
+from speclib.core.protocols import VerifyObserver
+from speclib.research.stats import chi2_two_sample
 
 GREEDY = Sampling(0.0)
 PROMPTS = ([1, 2, 3, 1, 2, 3, 1, 2], [5, 5, 5, 5], [3, 1, 4, 1, 5, 9, 2, 6])

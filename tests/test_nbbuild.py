@@ -6,7 +6,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from speclib.device import REPO
+from speclib.core.device import REPO
 
 sys.path.insert(0, str(REPO / "tools"))
 import nbbuild  # noqa: E402
@@ -35,6 +35,6 @@ def test_notebook_rebuilds_from_its_source(src: Path, tmp_path):
 def test_notebook_sets_its_torch_threads(src: Path):
     """torch's default, one thread per core, ignores $SPECLIB_THREADS: under `make test` (two workers at one
     thread each) a notebook that keeps it oversubscribes the cores, and notebook 04's smoke run took 723 s
-    instead of 100 s. Every notebook sets its threads (speclib.device.set_threads, or torch directly)."""
+    instead of 100 s. Every notebook sets its threads (speclib.core.device.set_threads, or torch directly)."""
     code = src.read_text()
     assert "set_threads(" in code or "torch.set_num_threads(" in code

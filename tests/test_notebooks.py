@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from conftest import needs_shipped
-from speclib.device import REPO
+from speclib.core.device import REPO
 
 
 def ci_contains(est, lo, hi) -> bool:
@@ -20,7 +20,7 @@ def ci_contains(est, lo, hi) -> bool:
 
 
 def analytic_speedup(a, k, c, v):
-    """E / (K c + v(K)), E = (1 - a^(K+1)) / (1 - a) (docs/analytic_model.md), written apart from speclib.bench."""
+    """E / (K c + v(K)), E = (1 - a^(K+1)) / (1 - a) (docs/analytic_model.md), written apart from speclib.research.bench."""
     e = k + 1.0 if a >= 1 else (1 - a ** (k + 1)) / (1 - a)
     return e / (k * c + v)
 
@@ -32,7 +32,7 @@ def out(tmp_path, monkeypatch):
 
 
 def test_unknown_parameter_is_refused(out):
-    from speclib.notebooks import run
+    from speclib.workbook.notebooks import run
     with pytest.raises(ValueError, match="unknown parameter.*K_MAXX"):
         run(REPO / "notebooks/01_baseline.ipynb", out / "x.ipynb", {"K_MAXX": 3})
     assert not (out / "x.ipynb").exists()
@@ -72,7 +72,7 @@ def test_01_baseline_smoke(smoke_run, monkeypatch):
                for name in ["exact_math", "chi2", "speedup", "acceptance", "assisted"]}
     assert all(len(b) > 10_000 for b in figures.values())
     # results mode "reuse": nothing is computed again, and every figure is drawn identically from the saved steps
-    from speclib.notebooks import run
+    from speclib.workbook.notebooks import run
     monkeypatch.setenv("SPECLIB_OUT", str(out))
     run(REPO / "notebooks/01_baseline.ipynb", out / "reuse_01_baseline.ipynb", {"SMOKE": True, "RESULTS": "reuse"})
     for name, before in figures.items():
@@ -199,7 +199,7 @@ def test_02_cache_hybrid_smoke(smoke_run):
 
 
 @pytest.mark.skipif(not {"math-target", "math-draft"} <= set(__import__("speclib").checkpoints()),
-                    reason="math pair missing (python -m speclib.train model math-target / math-draft)")
+                    reason="math pair missing (python -m speclib train model math-target / math-draft)")
 def test_04_cospec_rl_smoke(smoke_run):
     out = smoke_run("04_cospec_rl")
     res = out / "results" / "04_cospec_rl"
@@ -210,7 +210,7 @@ def test_04_cospec_rl_smoke(smoke_run):
     assert m.diff_vs_target["lossless SD"] == 0                 # greedy lossless SD is the target's output
     assert m.accuracy["oracle branch choice"] >= m.accuracy["target AR"]
     # same_as_batched: the share of timed problems whose tokens from the real loop (generate) equal the batched
-    # process's (cospec.arbitrate) token for token. Same models, policy and greedy decoding: equal unless a float
+    # process's (cospec_rollouts.arbitrate) token for token. Same models, policy and greedy decoding: equal unless a float
     # tie between near-equal logits flips under the batched GEMM blocking (tests/test_cospec.py checks the two
     # token for token on tiny models). Measured 1.0 for every timed method (420/420 problems in the committed
     # run); the smoke run is deterministic, so anything below 1 is a divergence to look at, not noise.

@@ -1,4 +1,4 @@
-"""Real pretrained models from wheels (speclib.pretrained) and the Spec-Bench questions (speclib.spec_bench).
+"""Real pretrained models from wheels (speclib.lms.pretrained) and the Spec-Bench questions (speclib.research.spec_bench).
 
 The first SmolLM2 test dequantizes its GGUF into the cache (about 40 s, once per machine); Gemma 3's
 takes about 2 minutes. Skipped, with the install command, where the wheels are not installed.
@@ -10,8 +10,9 @@ import pytest
 import torch
 
 import speclib
-from speclib import pretrained, spec_bench
-from speclib.models import LlamaLM
+from speclib.lms import pretrained
+from speclib.research import spec_bench
+from speclib.lms import LlamaLM
 
 SMOL, GEMMA = "smollm2-135m-instruct", "gemma3-270m"
 

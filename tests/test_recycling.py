@@ -8,10 +8,11 @@ import pytest
 import torch
 from conftest import tiny_lm
 
-from speclib import Sampling, TokenRecycling, generate
+from speclib import Sampling, TokenRecycling
+from speclib import generate
 from speclib.drafters.recycling import expected_accepted, recycling_template
-from speclib.protocols import VerifyObserver
-from speclib.stats import chi2_two_sample
+from speclib.core.protocols import VerifyObserver
+from speclib.research.stats import chi2_two_sample
 
 GREEDY = Sampling(0.0)
 PROMPTS = ([1, 2, 3, 1, 2, 3, 1, 2], [5, 5, 5, 5], [3, 1, 4, 1, 5, 9, 2, 6])

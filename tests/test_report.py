@@ -1,10 +1,10 @@
-"""The README's generated blocks (speclib.report): the committed README says what the committed
+"""The README's generated blocks (speclib.workbook.report): the committed README says what the committed
 results say, intervals never round past a threshold, and a broken section is an error, not a gap."""
 import re
 
 import pytest
 
-from speclib import report, results
+from speclib.workbook import report, results
 
 
 def _block(text: str, marker: str) -> str:
@@ -14,7 +14,7 @@ def _block(text: str, marker: str) -> str:
 def test_readme_blocks_are_what_report_generates_from_the_committed_results(monkeypatch):
     monkeypatch.delenv("SPECLIB_OUT", raising=False)          # the committed data/results, whatever a test set
     text = report.README.read_text()
-    assert _block(text, "results-table") == report.table(), "README out of date: run `python -m speclib.report`"
+    assert _block(text, "results-table") == report.table(), "README out of date: run `python -m speclib report`"
     assert _block(text, "support-matrix") == report.support_table()
 
 

@@ -5,12 +5,12 @@ from collections import Counter
 
 import numpy as np
 import pytest
-import torch
 from conftest import tiny_lm
 
-from speclib import Sampling, generate
+from speclib import Sampling
+from speclib import generate
 from speclib.drafters.rest import Datastore, RestDrafter, suffix_array
-from speclib.stats import chi2_two_sample
+from speclib.research.stats import chi2_two_sample
 
 GREEDY = Sampling(0.0)
 

@@ -1,11 +1,11 @@
-"""Tests for speclib.results and speclib.plotting; everything is written under pytest's tmp_path,
+"""Tests for speclib.workbook.results and speclib.workbook.plotting; everything is written under pytest's tmp_path,
 never into the real data/ or figures/ folders."""
 import numpy as np
 import pandas as pd
 import pytest
 
-from speclib import plotting, results
-from speclib.device import REPO
+from speclib.workbook import plotting, results
+from speclib.core.device import REPO
 
 
 @pytest.fixture(autouse=True)
@@ -123,7 +123,7 @@ def test_import_picks_no_backend(monkeypatch):
 def test_report_sweep_rows_figure_and_support_table(tmp_path):
     """The README's sweep rows, sweep figure and support-matrix table, from the committed files: one row
     per model pair, a figure file per format, one table line per checked family group."""
-    from speclib import report
+    from speclib.workbook import report
     pooled, _ = report._pairs_tables()
     rows = report._rows_sweeps()
     assert len(rows) == pooled.pair.nunique() == 2 and all("HVD (ours)" in m for m, _, _ in rows)

@@ -1,8 +1,8 @@
 import pytest
 import torch
 
-from speclib import ModelDrafter, Sampling, generate
-from speclib.sampling import probs
+from speclib import ModelDrafter, Sampling
+from speclib.core.sampling import probs
 
 
 def reference(logits, t, k, top_p):

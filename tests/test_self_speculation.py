@@ -20,13 +20,14 @@ import torch
 from conftest import spread_hybrid
 from transformers import Qwen3_5ForCausalLM
 
-from speclib import Sampling, generate
-from speclib.bench_tree import heldout_loss
-from speclib.drafters.layers import (KINDS, ExitAdapter, LayerSkipDrafter, SubsetSearch, acceptance_proxy,
-                                     flop_cost, predicted_speedup, proxy_measure, search_subsets, subset,
-                                     subset_loss, train_exit)
-from speclib.models.hybrid import HybridLM, extend_batch, tiny_config
-from speclib.stats import run_permutation_test
+from speclib import Sampling
+from speclib import generate
+from speclib.research.bench_tree import heldout_loss
+from speclib.core.analytic import predicted_speedup
+from speclib.drafters.layers import KINDS, ExitAdapter, LayerSkipDrafter, subset
+from speclib.research.layer_search import (SubsetSearch, acceptance_proxy, flop_cost, proxy_measure, search_subsets, subset_loss, train_exit)
+from speclib.lms.hybrid import HybridLM, extend_batch, tiny_config
+from speclib.research.stats import run_permutation_test
 
 TOL = 1e-4
 V = 64

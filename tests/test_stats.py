@@ -1,4 +1,4 @@
-"""Tests for speclib.stats.
+"""Tests for speclib.research.stats.
 
 Every statistical test here uses a fixed seed, so it is deterministic: it passes or fails the same
 way on every run. The comments state the false-positive rate each threshold would have if the seed
@@ -8,8 +8,7 @@ import numpy as np
 import pytest
 from scipy.stats import chi2_contingency
 
-from speclib.stats import (Chi2Result, bootstrap_ci, bootstrap_ratio_ci, chi2_two_sample,
-                           greedy_identity, null_calibration, pooled_table)
+from speclib.research.stats import (Chi2Result, bootstrap_ci, bootstrap_ratio_ci, chi2_two_sample, greedy_identity, null_calibration, pooled_table)
 
 
 def zipf_probs(n: int, s: float = 1.1) -> np.ndarray:
@@ -223,7 +222,7 @@ def test_permutation_test_is_calibrated_where_the_asymptotic_one_is_not():
     """Dependent tokens: the asymptotic chi-square p-value rejects far too often, the run-level
     permutation p-value does not. 60 trials at alpha 0.05, fixed seed; the bands are loose
     (binomial sd of the rate ~0.028) so the test is deterministic and fails only on real regressions."""
-    from speclib.stats import run_permutation_test
+    from speclib.research.stats import run_permutation_test
     rng = np.random.default_rng(0)
     probs = np.ones(20) / 20
     asym, perm = [], []
@@ -236,7 +235,7 @@ def test_permutation_test_is_calibrated_where_the_asymptotic_one_is_not():
 
 
 def test_permutation_test_detects_a_difference():
-    from speclib.stats import run_permutation_test
+    from speclib.research.stats import run_permutation_test
     rng = np.random.default_rng(1)
     p1 = np.ones(10) / 10
     p2 = np.r_[np.full(5, 0.14), np.full(5, 0.06)]
@@ -246,7 +245,7 @@ def test_permutation_test_detects_a_difference():
 
 
 def test_paired_difference_ci():
-    from speclib.stats import paired_difference_ci
+    from speclib.research.stats import paired_difference_ci
     rng = np.random.default_rng(0)
     den = rng.integers(20, 40, 30)
     same = dict(num=rng.binomial(den, 0.5), den=den)

@@ -1,4 +1,4 @@
-"""Results modes (speclib.study): a step is reused exactly when it was saved with the parameters it
+"""Results modes (speclib.workbook.study): a step is reused exactly when it was saved with the parameters it
 uses, "reuse" refuses anything else, and what a notebook draws is the same either way."""
 import json
 
@@ -7,9 +7,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from speclib import lm as lm_module, plotting, provenance, results, study
-from speclib.device import REPO
-from speclib.study import Study, StepMismatch
+from speclib.lms import lm as lm_module
+from speclib.workbook import plotting, provenance, results, study
+from speclib.core.device import REPO
+from speclib.workbook.study import Study, StepMismatch
 
 DEFAULTS = dict(SMOKE=False, N=4, K=[1, 2], RESULTS="auto", PUBLISH=False)
 
@@ -233,7 +234,7 @@ def test_manifest_records_loaded_code_modules_checkpoints_and_calibration(out):
     s.step("named", lambda: pd.DataFrame({"a": [1]}), uses=["N"])
     man = json.loads((out / "results" / "99_test" / "named.step.json").read_text())
     assert man["calibration"] == {"t1_ms_before": 10.0, "t1_ms_after": 12.5}
-    assert man["modules"]["speclib/study.py"] == provenance._sha1(REPO / "speclib" / "study.py")
+    assert man["modules"]["speclib/workbook/study.py"] == provenance._sha1(REPO / "speclib" / "workbook" / "study.py")
     assert "code-draft" in man["checkpoints"] and len(man["checkpoints"]["code-draft"]) == 16
     assert man["git_sha"] == provenance.loaded_code()["git_sha"] and man["step_source"]
     assert "12.5 ms after" in s.summary().note.iloc[0]
@@ -260,12 +261,12 @@ def test_a_reused_step_whose_code_changed_is_flagged_stale_and_listed(out, capsy
     s, _, _ = run(ns)
     assert s.summary().action.tolist() == ["reused"]          # negative control: nothing changed, nothing flagged
     assert study.stale_steps(out / "results").status.tolist() == ["current"]
-    _edit_manifest(out, "sample", modules={"speclib/study.py": "0" * 12})
+    _edit_manifest(out, "sample", modules={"speclib/workbook/study.py": "0" * 12})
     s, _, c = run(ns)
     assert c.calls == 0 and s.summary().action.tolist() == ["reused (stale)"]
-    assert "speclib/study.py changed" in capsys.readouterr().out
+    assert "speclib/workbook/study.py changed" in capsys.readouterr().out
     st = study.stale_steps(out / "results")
-    assert st.status.tolist() == ["stale"] and "speclib/study.py changed" in st.reasons.iloc[0]
+    assert st.status.tolist() == ["stale"] and "speclib/workbook/study.py changed" in st.reasons.iloc[0]
 
 
 def test_a_changed_checkpoint_is_stale(out, tmp_path, monkeypatch):

@@ -1,12 +1,12 @@
-"""The support matrix (speclib/support.py) family by family, and StatefulLM's snapshot-replay against the
+"""The support matrix (speclib/research/support.py) family by family, and StatefulLM's snapshot-replay against the
 slow obvious twin: a fresh full forward over the whole sequence."""
 import random
 
 import pytest
 import torch
 
-from speclib import support
-from speclib.stateful import StatefulLM
+from speclib.research import support
+from speclib.lms.stateful import StatefulLM
 
 CHECKED = [f for f, spec in support.FAMILIES.items() if not isinstance(spec, str)]
 STATEFUL = {"mamba2", "falcon_h1", "bamba", "jamba", "zamba2", "granitemoehybrid", "nemotron_h", "lfm2",
@@ -98,7 +98,7 @@ def test_serial_probe_finds_restarting_scans(family):
     """These Mamba-1 scans ignore the cached state on a multi-token input: the probe itself (not only
     SERIAL_TYPES) must catch it in fp32, or extends would be silently wrong on look-alike models."""
     import inspect
-    from speclib.stateful import _multi_token_probe
+    from speclib.lms.stateful import _multi_token_probe
     model = support.tiny_model(family)
     takes_positions = "position_ids" in inspect.signature(model.forward).parameters
     assert _multi_token_probe(model, support.V, "cpu", takes_positions) is not None
@@ -177,7 +177,7 @@ def test_hub_id_offline_is_a_clear_error(monkeypatch, tmp_path):
 
 def test_unsupported_family_is_a_clear_error():
     from transformers import AutoConfig, AutoModelForCausalLM
-    from speclib.loading import wrap
+    from speclib.lms.loading import wrap
     cfg = AutoConfig.for_model("rwkv", vocab_size=64, hidden_size=32, num_hidden_layers=2, attention_hidden_size=32,
                                intermediate_size=64, context_length=64)
     with pytest.raises(ValueError, match="not supported.*Cache"):
@@ -188,8 +188,9 @@ def test_unsupported_family_is_a_clear_error():
 def test_sliding_window_chains_past_the_window(family):
     """HFLM on sliding-window layers, well past a 6-token window: rejections must leave the cache exactly
     as a fresh forward sees the sequence (positions counted by the layer itself are reset on commit)."""
-    from speclib import ModelDrafter, Sampling, generate
-    from speclib.lm import HFLM
+    from speclib import ModelDrafter, Sampling
+    from speclib import generate
+    from speclib.lms.lm import HFLM
     lm = HFLM(support.tiny_model(family, sliding_window=6), None, torch.device("cpu"))
     rnd = random.Random(0)
     committed = [rnd.randrange(support.V) for _ in range(10)]
@@ -215,7 +216,7 @@ def test_sliding_window_chains_past_the_window(family):
 def test_hybrid_families_every_strategy(family, strategy):
     """The matrix checks the closed form; the other strategies share the GDN maths but not the input
     projections (Qwen3-Next fuses them), so each is checked against fresh forwards too."""
-    from speclib.models.hybrid import HybridLM
+    from speclib.lms.hybrid import HybridLM
     lm = HybridLM(support.tiny_model(family), None, "cpu", strategy=strategy)
     prompt = list(range(10, 22))
     if strategy == "replay":                      # chains only

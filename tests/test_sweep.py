@@ -1,4 +1,4 @@
-"""speclib.sweep: grids checked before Ray starts, points as Ray tasks on this machine and on a
+"""speclib.workbook.sweep: grids checked before Ray starts, points as Ray tasks on this machine and on a
 two-node cluster of this machine, failures recorded, --resume, combined tables.
 
 Most tests run tests/notebooks/sweep_probe.ipynb (a results table and a figure in a few seconds);
@@ -14,8 +14,8 @@ import pandas as pd
 import pytest
 
 from conftest import needs_shipped
-from speclib import sweep
-from speclib.device import REPO
+from speclib.workbook import sweep
+from speclib.core.device import REPO
 
 # every Ray test in one pytest-xdist worker, one after another: two local Ray clusters at once would share the two cores
 pytestmark = pytest.mark.xdist_group("ray")
@@ -155,7 +155,7 @@ def test_two_node_cluster_on_this_machine(tmp_path):
                        check=True, capture_output=True, timeout=180, env=env)
         subprocess.run([ray_cli, "start", "--address", f"127.0.0.1:{port}", *node], check=True, capture_output=True,
                        timeout=180, env=env)
-        cli = subprocess.run([sys.executable, "-m", "speclib.sweep", str(PROBE), "--grid", "X=1,2", "--name", "two",
+        cli = subprocess.run([sys.executable, "-m", "speclib.workbook.sweep", str(PROBE), "--grid", "X=1,2", "--name", "two",
                               "--out", str(tmp_path), "--address", f"127.0.0.1:{port}"],
                              capture_output=True, text=True, timeout=600, env=env, cwd=REPO)
     finally:

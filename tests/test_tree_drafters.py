@@ -1,16 +1,17 @@
 """TreeDrafter: fixed-branching and EAGLE-2-style ("confidence") draft trees, lossless with sampling.
 
-Statistical tests use speclib.stats.chi2_two_sample at alpha = 1e-3 on fixed seeds: under the null
+Statistical tests use speclib.research.stats.chi2_two_sample at alpha = 1e-3 on fixed seeds: under the null
 (lossless drafting) an assertion fails for 0.1% of seed sets, and with the seeds fixed the outcome is
 the same on every run.
 """
 import pytest
 import torch
 
-from speclib import ModelDrafter, Sampling, generate
+from speclib import ModelDrafter, Sampling
+from speclib import generate
 from speclib.drafters import TreeDrafter
-from speclib.sampling import probs
-from speclib.stats import chi2_two_sample
+from speclib.core.sampling import probs
+from speclib.research.stats import chi2_two_sample
 from conftest import tiny_lm
 
 GREEDY = Sampling(0.0)

@@ -23,9 +23,8 @@ ON_GPU = torch.cuda.is_available()
 if not ON_GPU and "triton" not in sys.modules:
     os.environ.setdefault("TRITON_INTERPRET", "1")  # harmless without a GPU; must precede triton's import
 
-from speclib.kernels.tree_gdn import (fold, recurrent_gated_delta_rule, tree_conv1d,  # noqa: E402
-                                      tree_conv1d_naive, tree_gdn)
-from speclib.tree import ancestor_mask, path_to  # noqa: E402
+from speclib.kernels.tree_gdn import fold, recurrent_gated_delta_rule, tree_conv1d, tree_conv1d_naive, tree_gdn
+from speclib.core.tree import ancestor_mask, path_to  # noqa: E402
 
 try:
     from speclib.kernels.tree_gdn.triton import interpreter_ready
@@ -176,7 +175,7 @@ def random_path(parents, rng):
 
 
 def test_ancestor_mask_is_the_paths():
-    """speclib.tree.ancestor_mask (the chunk kernel's mask): row i is exactly i's root-to-node path, for
+    """speclib.core.tree.ancestor_mask (the chunk kernel's mask): row i is exactly i's root-to-node path, for
     lists and [N] / [B, N] tensors, at every size the path doubling must cover (deep chains included)."""
     cases = [[], [-1], list(range(-1, 39)), forest(23, 3, 2), forest(64, 4, 3), CASES["forest40_deep"][0]]
     for parents in cases:

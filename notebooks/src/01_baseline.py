@@ -7,7 +7,7 @@
 # **Method.** The draft proposes `K` tokens autoregressively; the target scores all of them in one
 # pass; the Leviathan/Chen rejection rule (`speclib.Lossless`) keeps a prefix and draws one more
 # token, so every iteration yields between 1 and `K + 1` tokens. Everything runs on the shipped pair
-# `code-target` / `code-draft`, trained by `python -m speclib.train` on the Python standard library.
+# `code-target` / `code-draft`, trained by `python -m speclib train` on the Python standard library.
 #
 # We check equivalence to the target at three levels — the exact math of the rule, a two-sample
 # chi-square test on real-model tokens, and token-for-token greedy identity — then measure acceptance
@@ -99,7 +99,7 @@ CHI2_K = 4             # draft length used for the chi-square samples
 N_CALIBRATION = 200    # AR-vs-AR random splits for the null calibration
 N_EXACT_PAIRS = 2000   # random (p, q) pairs for the exact-math table
 LATENCY_REPEATS = 30
-HEAD = "code-target-head"   # section 7: a feature-level head trained for TARGET (python -m speclib.train head TARGET)
+HEAD = "code-target-head"   # section 7: a feature-level head trained for TARGET (python -m speclib train head TARGET)
 HEAD_TREES = [[3, 8], [4, 12], [5, 16], [6, 24]]   # section 7: EAGLE-2 trees as [depth, node budget]
 HEAD_TOP = 3           # section 7: most children per tree node
 RESULTS = "auto"       # auto: reuse results saved with these parameters, else compute; "recompute"; "reuse"
@@ -116,7 +116,6 @@ PUBLISH = False        # True: a run with non-default parameters also replaces d
 # that the notebook runs end to end; its numbers carry no weight.
 
 # %%
-import time
 
 import numpy as np
 import pandas as pd
@@ -126,11 +125,14 @@ from IPython.display import Markdown, display
 from tqdm.auto import tqdm
 
 import speclib
-from speclib import ModelDrafter, Sampling, generate, bench, data, results, stats
-from speclib.acceptance import output_distribution
-from speclib.loading import describe
-from speclib.plotting import savefig, style
-from speclib.study import Study
+from speclib import ModelDrafter, Sampling
+from speclib import generate
+from speclib.research import bench, data, stats
+from speclib.workbook import results
+from speclib.core.acceptance import output_distribution
+from speclib.lms.loading import describe
+from speclib.workbook.plotting import savefig, style
+from speclib.workbook.study import Study
 
 if SMOKE:
     K_MAX, N_PILOT, N_PROMPTS, ROUNDS, MAX_NEW_TOKENS = 3, 2, 2, 2, 24
@@ -141,7 +143,7 @@ KS = list(range(1, K_MAX + 1))
 GREEDY, T1 = Sampling(0.0), Sampling(1.0)
 style()
 torch.manual_seed(SEED)
-threads = speclib.device.set_threads(THREADS or None)
+threads = speclib.core.device.set_threads(THREADS or None)
 target, draft = speclib.load(TARGET, device=DEVICE), speclib.load(DRAFT, device=DEVICE)
 dev = str(target.device)
 n_all = N_PILOT + N_PROMPTS
@@ -297,7 +299,7 @@ def exact_math():
             lp = target.model(input_ids=torch.tensor([ids], device=target.device)).logits[0].float().cpu()
             lq = draft.model(input_ids=torch.tensor([ids], device=draft.device)).logits[0].float().cpu()
         # float64 and renormalised, so the check measures the rule, not float32 round-off of the inputs
-        P, Q = speclib.sampling.probs(lp, s_proc).double(), speclib.sampling.probs(lq, s_proc).double()
+        P, Q = speclib.core.sampling.probs(lp, s_proc).double(), speclib.core.sampling.probs(lq, s_proc).double()
         P, Q = P / P.sum(-1, keepdim=True), Q / Q.sum(-1, keepdim=True)
         Qraw = torch.softmax(lq.double(), -1)
         for p, q, qr in zip(P, Q, Qraw):
@@ -342,7 +344,7 @@ display(Markdown(
 # **How.** We sample runs of up to 64 tokens from the target alone (AR) and with speculation (SD, `K = CHI2_K`)
 # until each method has at least `CHI2_TOKENS` tokens; run i of both methods continues the same
 # prompt, with its own seed. The statistic is the two-sample chi-square over token frequencies
-# (`speclib.stats.chi2_two_sample`, sparse bins pooled so every expected count is at least 5). It is
+# (`speclib.research.stats.chi2_two_sample`, sparse bins pooled so every expected count is at least 5). It is
 # done twice: at plain temperature 1, and with top-k 50 and top-p 0.9 added, the processed path where
 # the bug of section 2 lives.
 #
@@ -471,7 +473,7 @@ display(Markdown("; ".join(
 # break-even condition and its assumptions (one acceptance `a` at every position, independent of
 # the others): [the analytic model](../docs/analytic_model.md).
 #
-# **How speed is measured, here and in every notebook** (`speclib.bench`, details in
+# **How speed is measured, here and in every notebook** (`speclib.research.bench`, details in
 # [the statistics page](../docs/statistics.md)). For each prompt, AR and speculative decoding at every
 # `K` run back to back, in an order that alternates between prompts and rounds (AR first, then last:
 # "ABBA"), so a slow drift of the machine — another process waking up, the CPU clocking down — hits
@@ -796,7 +798,7 @@ display(Markdown(
 # with the embedding of the next token, go through **one** decoder layer, and the target's own frozen
 # final norm and LM head turn the result into a distribution. For the second and later draft tokens the
 # head feeds its own output state in place of the target's feature, the way it was trained (unrolled
-# over several steps, `python -m speclib.train head TARGET`). The maths, the training objective and why
+# over several steps, `python -m speclib train head TARGET`). The maths, the training objective and why
 # the output stays exactly the target's: [docs/feature_drafting.md](../docs/feature_drafting.md).
 #
 # **What is compared.** On the same pilot and reported prompts as section 4, back to back with AR:
@@ -939,7 +941,7 @@ display(Markdown(
 # Beside them, what the head earned: its per-token acceptance, tokens per call and speedup.
 
 # %%
-from speclib.analytic import acceptance_needed, predicted_speedup
+from speclib.core.analytic import acceptance_needed, predicted_speedup
 
 ceil = hrep[hrep.kind == "head chain"].sort_values("depth")
 ceil = ceil.assign(ceiling_at_c=(ceil.depth + 1) / (ceil.depth * ceil.c + ceil.v), ceiling_free=(ceil.depth + 1) / ceil.v,
@@ -1007,7 +1009,7 @@ display(study.summary())
 # ## Exercises
 #
 # Each exercise reruns the notebook headlessly with changed parameters, from the repository root
-# (`speclib.notebooks` refuses unknown parameter names before anything runs); in JupyterLab, change
+# (`speclib.workbook.notebooks` refuses unknown parameter names before anything runs); in JupyterLab, change
 # the parameters cell instead. A run with changed parameters writes its results and figures under
 # `build/unpublished/01_baseline/<hash>/`, leaving the shipped ones in `data/results/` and `figures/`
 # alone, and in the default results mode it recomputes only the steps whose parameters changed; the
@@ -1019,7 +1021,7 @@ display(study.summary())
 # 1. **Longer drafts.**
 #
 #    ```bash
-#    .venv/bin/python -m speclib.notebooks notebooks/01_baseline.ipynb build/01_k.ipynb -p K_MAX 12 -p N_PROMPTS 6
+#    .venv/bin/python -m speclib notebooks notebooks/01_baseline.ipynb build/01_k.ipynb -p K_MAX 12 -p N_PROMPTS 6
 #    ```
 #
 #    *Look for:* whether the speedup curve turns down beyond the default range and whether the in-loop
@@ -1032,7 +1034,7 @@ display(study.summary())
 # 2. **A draft from another domain.**
 #
 #    ```bash
-#    .venv/bin/python -m speclib.notebooks notebooks/01_baseline.ipynb build/01_mathdraft.ipynb -p DRAFT math-draft
+#    .venv/bin/python -m speclib notebooks notebooks/01_baseline.ipynb build/01_mathdraft.ipynb -p DRAFT math-draft
 #    ```
 #
 #    `math-draft` shares the tokenizer with `code-target` but was trained only on arithmetic problems.
@@ -1046,7 +1048,7 @@ display(study.summary())
 # 3. **The draft is the target.**
 #
 #    ```bash
-#    .venv/bin/python -m speclib.notebooks notebooks/01_baseline.ipynb build/01_self.ipynb -p DRAFT code-target
+#    .venv/bin/python -m speclib notebooks notebooks/01_baseline.ipynb build/01_self.ipynb -p DRAFT code-target
 #    ```
 #
 #    *Look for:* acceptance at or next to 1 in both modes, `c` near 1, and a speedup below 1 at every K
@@ -1058,7 +1060,7 @@ display(study.summary())
 # 4. **Two threads.**
 #
 #    ```bash
-#    .venv/bin/python -m speclib.notebooks notebooks/01_baseline.ipynb build/01_threads.ipynb -p THREADS 2
+#    .venv/bin/python -m speclib notebooks notebooks/01_baseline.ipynb build/01_threads.ipynb -p THREADS 2
 #    ```
 #
 #    Or use `-p THREADS 0` for every CPU the process may use. *Look for:* `c` and `v(K)`, both bare and
@@ -1071,7 +1073,7 @@ display(study.summary())
 # 5. **Less data for the chi-square test, finer calibration.**
 #
 #    ```bash
-#    .venv/bin/python -m speclib.notebooks notebooks/01_baseline.ipynb build/01_chi2.ipynb -p CHI2_TOKENS 2300 -p N_CALIBRATION 400
+#    .venv/bin/python -m speclib notebooks notebooks/01_baseline.ipynb build/01_chi2.ipynb -p CHI2_TOKENS 2300 -p N_CALIBRATION 400
 #    ```
 #
 #    *Look for:* whether the textbook test still over-rejects the AR-vs-AR splits with a quarter of the

@@ -72,7 +72,7 @@ SEED = 0
 DEVICE = "auto"
 TARGET = "agent-target"  # a shipped name, a local HF folder or a hub id (any causal LM of the support matrix)
 DRAFT = "agent-draft"    # the model drafter: any causal LM with the target's tokenizer
-# The agentic workloads are the shipped ones (speclib.workloads): their prompts are in the tool-call and
+# The agentic workloads are the shipped ones (speclib.research.workloads): their prompts are in the tool-call and
 # edit formats agent-target was trained on. Another model decodes them as plain text in its own tokenizer.
 WORKLOADS = ["agentic_edit", "agentic_tools", "agentic_plan", "structured", "code_humaneval", "code_stdlib"]
 N_FIT = 10              # prompts per workload whose logs train the payoff predictor
@@ -81,7 +81,7 @@ MAX_NEW_TOKENS = 160
 K = 4                   # model drafter length
 MAX_SPEC = 16           # longest cache draft
 LATENCY_REPEATS = 25
-HEAD = "agent-target-head"  # section 6: a feature-level head trained for TARGET (python -m speclib.train head TARGET)
+HEAD = "agent-target-head"  # section 6: a feature-level head trained for TARGET (python -m speclib train head TARGET)
 HEAD_K = 4              # section 6: the head's chain length
 RECYCLING_NODES = [1, 2, 3, 5, 7, 11, 15]   # section 7: Token Recycling tree sizes; the cost model picks one per workload
 REST_NODES = 8          # section 7: REST's tree size (its datastore: the standard library's training split)
@@ -102,13 +102,15 @@ from scipy.stats import spearmanr
 from tqdm.auto import tqdm
 
 import speclib
-from speclib import (HybridDrafter, Lookahead, ModelDrafter, PromptLookupDrafter, Sampling, SuffixDrafter, TokenRecycling, bench,
-                     data, generate, results)
+from speclib import (HybridDrafter, Lookahead, ModelDrafter, PromptLookupDrafter, Sampling, SuffixDrafter, TokenRecycling)
+from speclib.research import bench, data
+from speclib import generate
+from speclib.workbook import results
 from speclib.drafters import rest
 from speclib.drafters.recycling import expected_accepted, recycling_template
 from speclib.drafters.hybrid import FEATURES, Costs, PayoffPredictor, feature_matrix
-from speclib.plotting import savefig, style
-from speclib.study import Study
+from speclib.workbook.plotting import savefig, style
+from speclib.workbook.study import Study
 
 if SMOKE:
     WORKLOADS, N_FIT, N_EVAL, MAX_NEW_TOKENS, LATENCY_REPEATS = ["agentic_edit", "code_humaneval"], 2, 2, 32, 3
@@ -118,7 +120,7 @@ NB = "02_cache_hybrid"
 GREEDY = Sampling(0.0)
 style()
 torch.manual_seed(SEED)
-threads = speclib.device.set_threads(THREADS or None)
+threads = speclib.core.device.set_threads(THREADS or None)
 target, draft = speclib.load(TARGET, device=DEVICE), speclib.load(DRAFT, device=DEVICE)
 dev = str(target.device)
 meta = dict(seed=SEED, device=dev, target=TARGET, draft=DRAFT, threads=threads, smoke=SMOKE)
@@ -710,7 +712,7 @@ display(Markdown(
 # ## 6 · A feature-level head as the model drafter
 # The source study compares payoff-guided selection with an EAGLE-style draft head, the drafter most
 # serving stacks would reach for first. Here `HEAD`, a one-layer head trained on `TARGET`'s own hidden
-# features (`python -m speclib.train head TARGET`; [docs/feature_drafting.md](../docs/feature_drafting.md)),
+# features (`python -m speclib train head TARGET`; [docs/feature_drafting.md](../docs/feature_drafting.md)),
 # takes two roles: a **policy of its own** (the head drafts a chain of `HEAD_K` tokens at every step)
 # and **HVD's model drafter** in place of the separate draft (the cache candidates, the payoff predictor
 # and the decision rule are unchanged). HVD needs the head's per-token acceptance and its cost per
@@ -1165,7 +1167,7 @@ display(study.summary())
 # 1. **Longer cache drafts.**
 #
 #    ```bash
-#    .venv/bin/python -m speclib.notebooks notebooks/02_cache_hybrid.ipynb build/02_spec.ipynb -p MAX_SPEC 32
+#    .venv/bin/python -m speclib notebooks notebooks/02_cache_hybrid.ipynb build/02_spec.ipynb -p MAX_SPEC 32
 #    ```
 #
 #    *Look for:* the cost curve of section 1 reaching further, the payoff map's long-match cells, and
@@ -1176,7 +1178,7 @@ display(study.summary())
 # 2. **A longer model draft.**
 #
 #    ```bash
-#    .venv/bin/python -m speclib.notebooks notebooks/02_cache_hybrid.ipynb build/02_k.ipynb -p K 6
+#    .venv/bin/python -m speclib notebooks notebooks/02_cache_hybrid.ipynb build/02_k.ipynb -p K 6
 #    ```
 #
 #    *Look for:* the model policy's speedup and how often HVD now picks the model drafter (the
@@ -1186,7 +1188,7 @@ display(study.summary())
 # 3. **One agentic and one code workload.**
 #
 #    ```bash
-#    .venv/bin/python -m speclib.notebooks notebooks/02_cache_hybrid.ipynb build/02_two.ipynb -p WORKLOADS '["agentic_edit", "code_stdlib"]'
+#    .venv/bin/python -m speclib notebooks notebooks/02_cache_hybrid.ipynb build/02_two.ipynb -p WORKLOADS '["agentic_edit", "code_stdlib"]'
 #    ```
 #
 #    *Look for:* cache drafts paying far more on the edit workload than on new code, and HVD's cache
@@ -1197,7 +1199,7 @@ display(study.summary())
 # 4. **Fewer fit prompts.**
 #
 #    ```bash
-#    .venv/bin/python -m speclib.notebooks notebooks/02_cache_hybrid.ipynb build/02_fit.ipynb -p N_FIT 3
+#    .venv/bin/python -m speclib notebooks notebooks/02_cache_hybrid.ipynb build/02_fit.ipynb -p N_FIT 3
 #    ```
 #
 #    *Look for:* the predictor's Spearman correlation and calibration on the unseen prompts, and

@@ -6,7 +6,7 @@
 # verify a whole tree in one pass without materialising a state per node — and does tree speculation
 # then pay on such a model?
 #
-# **Method.** `speclib.models.hybrid.HybridLM` runs the shipped `hybrid-target` (Qwen3.5 text
+# **Method.** `speclib.lms.hybrid.HybridLM` runs the shipped `hybrid-target` (Qwen3.5 text
 # architecture, 3 Gated DeltaNet layers per gated-attention layer) behind the extend/commit protocol
 # with three interchangeable strategies for the recurrent layers:
 #
@@ -91,7 +91,7 @@ TREE_DEPTH = 6               # shape of the random trees in the latency measurem
 DECODE_BATCH = 4        # batch size of the batched decoding comparison
 SELF_KS = [1, 2, 3, 4]  # draft lengths for the self-speculation study
 EVAL_WINDOWS = 32       # held-out windows of 256 tokens for the perplexity of the ablated model
-HEAD = "hybrid-target-head"   # section 7: a feature-level head trained for TARGET (python -m speclib.train head TARGET)
+HEAD = "hybrid-target-head"   # section 7: a feature-level head trained for TARGET (python -m speclib train head TARGET)
 HEAD_KS = [2, 3, 4, 5]  # section 7: the head's chain lengths in the pilot
 HEAD_TREES = [[3, 8], [4, 12], [5, 16], [6, 24]]   # section 7: the head's EAGLE-2 trees in the pilot, [depth, budget]
 RESULTS = "auto"        # auto: reuse results saved with these parameters, else compute; "recompute"; "reuse"
@@ -99,7 +99,6 @@ PUBLISH = False         # True: a run with non-default parameters also replaces 
 THREADS = 1             # torch threads (0: every CPU this process may use); 1 keeps T(n) smooth on 2 cores (notebook 05)
 
 # %%
-import json
 import re
 import time
 
@@ -111,11 +110,14 @@ from IPython.display import Markdown, display
 from tqdm.auto import tqdm
 
 import speclib
-from speclib import ModelDrafter, Sampling, SelfDrafter, TreeDrafter, bench, bench_tree, data, generate, generate_batch, results, stats, train
-from speclib.loading import HYBRID_TYPES
-from speclib.models import HybridLM
-from speclib.plotting import savefig, style
-from speclib.study import Study
+from speclib import ModelDrafter, Sampling, SelfDrafter, TreeDrafter, generate_batch
+from speclib.research import bench, bench_tree, data, stats, train
+from speclib import generate
+from speclib.workbook import results
+from speclib.lms.loading import HYBRID_TYPES
+from speclib.lms import HybridLM
+from speclib.workbook.plotting import savefig, style
+from speclib.workbook.study import Study
 
 if SMOKE:
     TREE_SIZES, BATCHES, LATENCY_REPEATS, N_PROMPTS, MAX_NEW_TOKENS = [8, 32], [1, 2], 2, 2, 24
@@ -129,7 +131,7 @@ TOP = 4                 # EAGLE-2 trees spend at most TOP nodes per level: at mo
 PILOT_BUDGETS = {d: sorted({n for n in [4] + TREE_SIZES if d <= n < TOP * d} | {TOP * d}) for d in TREE_DEPTHS}
 style()
 torch.manual_seed(SEED)
-threads = speclib.device.set_threads(THREADS or None)
+threads = speclib.core.device.set_threads(THREADS or None)
 target, draft = speclib.load(TARGET, device=DEVICE), speclib.load(DRAFT, device=DEVICE)
 if not isinstance(target, HybridLM):      # trees on recurrent states, the closed form and the linear subgraph
     raise ValueError(f"TARGET {TARGET!r} loads as {type(target).__name__}: this notebook needs a Gated DeltaNet "
@@ -912,7 +914,7 @@ display(Markdown(
 # %% [markdown]
 # ## 7 · A feature-level head on the hybrid target: tree vs chain
 # The trees above are drafted by a separate model. EAGLE-style drafting instead runs a one-layer head
-# on `TARGET`'s own hidden features (`HEAD`, trained with `python -m speclib.train head TARGET`;
+# on `TARGET`'s own hidden features (`HEAD`, trained with `python -m speclib train head TARGET`;
 # [docs/feature_drafting.md](../docs/feature_drafting.md)): the hybrid forward hands the head the
 # features of every committed position, kept for the accepted path exactly like its recurrent states.
 # A head's draft token costs one decoder layer instead of a whole small model, and its confidence is
@@ -1048,7 +1050,7 @@ display(study.summary())
 # 1. **Longer contexts for the verify pass.**
 #
 #    ```bash
-#    .venv/bin/python -m speclib.notebooks notebooks/03_tree_hybrid.ipynb build/03_prefix.ipynb -p PREFIX_LEN 1024
+#    .venv/bin/python -m speclib notebooks notebooks/03_tree_hybrid.ipynb build/03_prefix.ipynb -p PREFIX_LEN 1024
 #    ```
 #
 #    *Look for:* how T(n) of the three strategies moves with a longer cached prefix, and whether the
@@ -1059,7 +1061,7 @@ display(study.summary())
 # 2. **Deeper trees in the pilot.**
 #
 #    ```bash
-#    .venv/bin/python -m speclib.notebooks notebooks/03_tree_hybrid.ipynb build/03_depth.ipynb -p TREE_DEPTHS "[3, 4, 6, 8]"
+#    .venv/bin/python -m speclib notebooks notebooks/03_tree_hybrid.ipynb build/03_depth.ipynb -p TREE_DEPTHS "[3, 4, 6, 8]"
 #    ```
 #
 #    *Look for:* whether depth 8 earns more tokens per step than depth 6 and whether the pilot picks it.
@@ -1070,7 +1072,7 @@ display(study.summary())
 # 3. **Bigger batches.**
 #
 #    ```bash
-#    .venv/bin/python -m speclib.notebooks notebooks/03_tree_hybrid.ipynb build/03_batch.ipynb -p BATCHES "[1, 2, 4, 8, 16]"
+#    .venv/bin/python -m speclib notebooks notebooks/03_tree_hybrid.ipynb build/03_batch.ipynb -p BATCHES "[1, 2, 4, 8, 16]"
 #    ```
 #
 #    *Look for:* the chosen budget per request falling as the batch grows. *Why:* the verify pass of a
@@ -1080,7 +1082,7 @@ display(study.summary())
 # 4. **More self-speculation draft lengths.**
 #
 #    ```bash
-#    .venv/bin/python -m speclib.notebooks notebooks/03_tree_hybrid.ipynb build/03_self.ipynb -p SELF_KS "[1, 2, 3, 4, 6, 8]"
+#    .venv/bin/python -m speclib notebooks notebooks/03_tree_hybrid.ipynb build/03_self.ipynb -p SELF_KS "[1, 2, 3, 4, 6, 8]"
 #    ```
 #
 #    Only the self-speculation runs are recomputed. *Look for:* whether the subgraph's speedup ever

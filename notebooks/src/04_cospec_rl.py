@@ -8,7 +8,7 @@
 # most of the speedup?
 #
 # **Method.** A verifiable task: generated multi-step arithmetic with worked solutions
-# (`speclib.data.math_problems`, four difficulty levels, train / validation / test splits by seed, an
+# (`speclib.research.data.math_problems`, four difficulty levels, train / validation / test splits by seed, an
 # independent evaluator). A shipped pair trained on it, `math-target` and `math-draft`; both make
 # mistakes. Branch rollouts label each disagreement along the target's greedy solution: continue
 # greedily from the draft's token and from the target's, compare final answers. `cospec.Arbiter(policy)`
@@ -20,7 +20,7 @@
 # acceptance (Medusa), a fuzzy JSD-threshold rule (swept), an AutoJudge-style classifier trained on the
 # same labels, and the oracle branch choice. Everything is greedy; decisions are deterministic at test time.
 #
-# Accuracy comes from `cospec.arbitrate`, the same process batched token by token (tested equal to the
+# Accuracy comes from `cospec_rollouts.arbitrate`, the same process batched token by token (tested equal to the
 # SD loop); wall-clock speed from the real SD loop (`speclib.generate` with the `Arbiter`) on a subset
 # of the test problems, whose outputs are checked against the batched ones.
 #
@@ -76,7 +76,7 @@ SMOKE = False           # True: tiny sizes, the whole notebook in under ~2 minut
 SEED = 0
 DEVICE = "auto"
 TARGET = "math-target"   # model-specific: the arithmetic task's prompt and answer format are this pair's
-DRAFT = "math-draft"     # (speclib.cospec); another pair must be trained on that format to be judged fairly
+DRAFT = "math-draft"     # (speclib.acceptors.cospec); another pair must be trained on that format to be judged fairly
 K = 4                   # draft length
 MAX_NEW_TOKENS = 128
 N_LABEL = 800           # training problems whose target solutions are branch-rolled for labels
@@ -94,7 +94,6 @@ RESULTS = "auto"        # auto: reuse results saved with these parameters, else 
 PUBLISH = False         # True: a run with non-default parameters also replaces data/results and figures/
 
 # %%
-import time
 
 import numpy as np
 import pandas as pd
@@ -104,10 +103,15 @@ from IPython.display import Markdown, display
 from tqdm.auto import tqdm
 
 import speclib
-from speclib import ModelDrafter, Sampling, bench, cospec, data, generate, results, stats
-from speclib.cospec import FEATURES, Arbiter, Fuzzy, Policy, Typical, always_target
-from speclib.plotting import savefig, style
-from speclib.study import Study
+from speclib import ModelDrafter, Sampling
+from speclib.research import bench, data, stats
+from speclib.acceptors import cospec
+from speclib.research import cospec_rollouts, cospec_training
+from speclib import generate
+from speclib.workbook import results
+from speclib.acceptors.cospec import FEATURES, Arbiter, Fuzzy, Policy, Typical, always_target
+from speclib.workbook.plotting import savefig, style
+from speclib.workbook.study import Study
 
 if SMOKE:
     N_LABEL, N_VAL, N_TEST, N_TIMED, RL_ITERS, PROBLEMS_PER_ITER, GROUP, EVAL_EVERY = 24, 16, 32, 3, 2, 4, 4, 1
@@ -119,7 +123,7 @@ torch.manual_seed(SEED)
 torch.set_grad_enabled(False)
 # the untimed batch work on every CPU ($SPECLIB_THREADS when set: torch's default of one thread per core
 # would oversubscribe a machine whose other core is busy); timed sections run at THREADS
-speclib.device.set_threads()
+speclib.core.device.set_threads()
 target, draft = speclib.load(TARGET, device=DEVICE), speclib.load(DRAFT, device=DEVICE)
 dev = str(target.device)
 meta = dict(seed=SEED, device=dev, target=TARGET, draft=DRAFT, k=K, smoke=SMOKE)
@@ -177,8 +181,8 @@ def accuracy(rows, split):
 
 
 base_table = study.step("baseline", lambda: rows_table({
-    "target AR": cospec.arbitrate(target, None, ids["test"], K, max_new_tokens=MAX_NEW_TOKENS),
-    "draft AR": cospec.arbitrate(draft, None, ids["test"], K, max_new_tokens=MAX_NEW_TOKENS)}).assign(**meta),
+    "target AR": cospec_rollouts.arbitrate(target, None, ids["test"], K, max_new_tokens=MAX_NEW_TOKENS),
+    "draft AR": cospec_rollouts.arbitrate(draft, None, ids["test"], K, max_new_tokens=MAX_NEW_TOKENS)}).assign(**meta),
     uses=SOLVE + ["N_TEST"])
 base = {m: rows_of(base_table, m) for m in ["target AR", "draft AR"]}
 env_s = seconds("baseline")
@@ -186,7 +190,7 @@ levels = np.array([p["level"] for p in splits["test"]])
 acc_base = {m: accuracy(r, "test") for m, r in base.items()}
 by_level = pd.DataFrame({m: pd.Series(a).groupby(levels).mean() for m, a in acc_base.items()}).rename_axis("level")
 def pair_latency():
-    with speclib.device.threads(THREADS or None) as threads:      # timed at THREADS threads; the batched work uses every CPU
+    with speclib.core.device.threads(THREADS or None) as threads:      # timed at THREADS threads; the batched work uses every CPU
         lat = bench.latencies([(target, 1), (draft, 1), (target, K + 1)], prefix_len=64, repeats=10 if SMOKE else 30)
     return pd.DataFrame(dict(case=["target, 1 token", "draft, 1 token", "target, K + 1 tokens"], seconds=lat)).assign(
         threads=threads, **meta)
@@ -223,7 +227,7 @@ display(Markdown(f"Target {acc_base['target AR'].mean():.1%}, draft {acc_base['d
 
 # %%
 def branch_labels():
-    frames = [pd.DataFrame(cospec.branch_labels(target, draft, ids[s][:n], checker(s), MAX_NEW_TOKENS),
+    frames = [pd.DataFrame(cospec_rollouts.branch_labels(target, draft, ids[s][:n], checker(s), MAX_NEW_TOKENS),
                            columns=["problem", "pos", "features", "target_correct", "draft_correct"]).assign(split=s)
               for s, n in [("train", N_LABEL), ("test", N_TEST)]]
     df = pd.concat(frames, ignore_index=True)
@@ -284,7 +288,7 @@ disc = dc != tc
 
 
 def evaluate(policy, split, n=None):
-    rows = cospec.arbitrate(target, draft, ids[split][:n], K, policy, MAX_NEW_TOKENS)
+    rows = cospec_rollouts.arbitrate(target, draft, ids[split][:n], K, policy, MAX_NEW_TOKENS)
     acc = accuracy(rows, split)
     n_tok = sum(len(r["tokens"]) for r in rows)
     return rows, dict(accuracy=acc.mean(), calls_per_token=sum(r["target_calls"] for r in rows) / n_tok,
@@ -296,9 +300,9 @@ def supervised():
     torch.manual_seed(SEED)                 # the policies' initial weights: the same whether or not earlier steps ran
     with torch.enable_grad():
         judge = Policy(hidden=0)
-        judge_curve = cospec.fit_supervised(judge, X, (dc == tc).float())
+        judge_curve = cospec_training.fit_supervised(judge, X, (dc == tc).float())
         warm = Policy(hidden=32)
-        warm_curve = cospec.fit_supervised(warm, X[disc], dc[disc].float())
+        warm_curve = cospec_training.fit_supervised(warm, X[disc], dc[disc].float())
     curves = pd.DataFrame([dict(policy=name, step=i, bce=v) for name, cv in [("judge", judge_curve), ("warm", warm_curve)]
                            for i, v in enumerate(cv)], columns=["policy", "step", "bce"])
     return {"policies_supervised": cospec.policies_table({"judge": judge, "warm": warm}).assign(**meta),
@@ -340,7 +344,7 @@ display(pd.DataFrame(val).T.round(3))
 # baseline is what makes this affordable with a tiny budget: the same problem is solved GROUP times
 # with random keep decisions, and a trajectory is credited only for doing better than its siblings on
 # the *same* problem, so problem difficulty cancels out (a hard problem that every sibling fails gives
-# no gradient, rather than a misleading one). Everything is batched through `cospec.arbitrate`, so an
+# no gradient, rather than a misleading one). Everything is batched through `cospec_rollouts.arbitrate`, so an
 # iteration costs a few batched greedy decodes, not PROBLEMS_PER_ITER × GROUP sequential SD runs.
 #
 # Caveat: the training reward is noisy (PROBLEMS_PER_ITER × GROUP sampled trajectories per
@@ -370,7 +374,7 @@ def reinforce():
         return {"val_accuracy": m["accuracy"]}
 
     with torch.enable_grad():
-        curve = pd.DataFrame(cospec.train_grpo(policy, target, draft, ids["train"], checker("train"), K, RL_ITERS,
+        curve = pd.DataFrame(cospec_training.train_grpo(policy, target, draft, ids["train"], checker("train"), K, RL_ITERS,
                                                PROBLEMS_PER_ITER, GROUP, max_new_tokens=MAX_NEW_TOKENS, seed=SEED,
                                                callback=on_iter))
     policy.load_state_dict(best_state)
@@ -520,7 +524,7 @@ def timed_method(name, sd, pol):
 
 
 def timed_step():
-    with speclib.device.threads(THREADS or None) as threads:
+    with speclib.core.device.threads(THREADS or None) as threads:
         runs = bench.paired_runs(ids["test"][:N_TIMED], {name: timed_method(name, *v) for name, v in timed.items()},
                                  reference="target AR", progress=tqdm)
     same_df = pd.DataFrame([dict(method=m, problem=i, same=bool(v)) for (m, i), v in same.items()])
@@ -816,7 +820,7 @@ display(study.summary())
 # 1. **Longer training.**
 #
 #    ```bash
-#    .venv/bin/python -m speclib.notebooks notebooks/04_cospec_rl.ipynb build/04_rl.ipynb -p RL_ITERS 120
+#    .venv/bin/python -m speclib notebooks notebooks/04_cospec_rl.ipynb build/04_rl.ipynb -p RL_ITERS 120
 #    ```
 #
 #    The baselines, rollouts and supervised policies are reused; RL and everything after it is
@@ -828,7 +832,7 @@ display(study.summary())
 # 2. **A longer draft.**
 #
 #    ```bash
-#    .venv/bin/python -m speclib.notebooks notebooks/04_cospec_rl.ipynb build/04_k.ipynb -p K 8
+#    .venv/bin/python -m speclib notebooks notebooks/04_cospec_rl.ipynb build/04_k.ipynb -p K 8
 #    ```
 #
 #    Everything is recomputed (K changes every decoding). *Look for:* lossless SD's speed, and
@@ -839,7 +843,7 @@ display(study.summary())
 # 3. **Fewer labels for the warm start.**
 #
 #    ```bash
-#    .venv/bin/python -m speclib.notebooks notebooks/04_cospec_rl.ipynb build/04_labels.ipynb -p N_LABEL 200
+#    .venv/bin/python -m speclib notebooks notebooks/04_cospec_rl.ipynb build/04_labels.ipynb -p N_LABEL 200
 #    ```
 #
 #    *Look for:* the AutoJudge classifier and the warm start on validation, and how much RL recovers.
@@ -849,7 +853,7 @@ display(study.summary())
 # 4. **Stricter fuzzy thresholds.**
 #
 #    ```bash
-#    .venv/bin/python -m speclib.notebooks notebooks/04_cospec_rl.ipynb build/04_fuzzy.ipynb -p FUZZY_T "[0.01, 0.02, 0.05]"
+#    .venv/bin/python -m speclib notebooks notebooks/04_cospec_rl.ipynb build/04_fuzzy.ipynb -p FUZZY_T "[0.01, 0.02, 0.05]"
 #    ```
 #
 #    The rollouts, the supervised policies and RL are reused; validation, the test decoding and the

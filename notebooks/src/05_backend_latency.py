@@ -21,7 +21,7 @@
 # (derivation and assumptions: [the analytic model](../docs/analytic_model.md)).
 # Every timing of a single pass is a median over repeats after warm-up, cases interleaved round-robin
 # so machine noise hits them alike. Every end-to-end speedup is measured the workbook's one way
-# (`speclib.bench`, [the statistics page](../docs/statistics.md)): AR and SD run back to back on each
+# (`speclib.research.bench`, [the statistics page](../docs/statistics.md)): AR and SD run back to back on each
 # prompt in alternating order, the speedup is the median over prompts of the per-prompt speed ratio
 # with a 95% bootstrap interval, and the draft length K of each configuration is chosen on pilot
 # prompts and reported on disjoint ones.
@@ -108,7 +108,6 @@ RESULTS = "auto"        # auto: reuse results saved with these parameters, else 
 PUBLISH = False         # True: a run with non-default parameters also replaces data/results and figures/
 
 # %%
-import time
 
 import numpy as np
 import pandas as pd
@@ -118,11 +117,14 @@ from IPython.display import Markdown, display
 from tqdm.auto import tqdm
 
 import speclib
-from speclib import Sampling, backends, bench, data, results
-from speclib.backends import SerialLM
-from speclib.plotting import savefig, style
-from speclib.provenance import Calibration
-from speclib.study import Study
+from speclib import Sampling
+from speclib.lms import backends
+from speclib.research import bench, data
+from speclib.workbook import results
+from speclib.lms.backends import SerialLM
+from speclib.workbook.plotting import savefig, style
+from speclib.workbook.provenance import Calibration
+from speclib.workbook.study import Study
 
 if SMOKE:   # one backend per runtime family, or fewer where BACKENDS names fewer
     BACKENDS = [b for b in ["torch", "torch-int8", "onnx-int8", "llamacpp-q4_0", "serial:torch"] if b in BACKENDS]
@@ -364,10 +366,10 @@ display(Markdown(
 # %%
 def thread_latencies():
     thread_rows = []
-    counts = [t for t in THREAD_COUNTS if t <= speclib.device.cpu_count()]
+    counts = [t for t in THREAD_COUNTS if t <= speclib.core.device.cpu_count()]
     for rnd in range(THREAD_ROUNDS):
         for t in (counts if rnd % 2 == 0 else counts[::-1]):
-            with speclib.device.threads(t):
+            with speclib.core.device.threads(t):
                 secs = bench.latencies([(lm(TARGET, "torch"), n) for n in NS], prefix_len=128, repeats=REPEATS)
             thread_rows += [dict(threads=t, round=rnd, n=n, seconds=x) for n, x in zip(NS, secs)]
     thr = pd.DataFrame(thread_rows)
@@ -428,7 +430,7 @@ display(Markdown(" ".join(
 #    held-out stdlib prompts. They serve only to choose the configuration's K.
 # 3. **Reported runs**: the same methods on `N_PROMPTS` other prompts, repeated `ROUNDS` times.
 #
-# **How speed is measured, here and in every notebook** (`speclib.bench`; details in
+# **How speed is measured, here and in every notebook** (`speclib.research.bench`; details in
 # [the statistics page](../docs/statistics.md)). For each prompt, AR and SD at every K run back to
 # back, in an order that alternates between prompts and rounds (AR first, then last: "ABBA"), so a
 # slow drift of the machine — another process waking up, the CPU clocking down — hits every method
@@ -620,7 +622,7 @@ display(Markdown(
 NEED_01 = ["mode", "split", "K", "speedup", "lo", "hi", "chosen", "c", "v", "token_acceptance"]
 ours = report[report.config == "torch ← torch"].set_index("K")
 nb01 = None
-for root in (results.root(), speclib.device.REPO / "data" / "results"):    # this run's folder, then the committed results
+for root in (results.root(), speclib.core.device.REPO / "data" / "results"):    # this run's folder, then the committed results
     if nb01 is None and results.path("01_baseline/speedup", root).is_file():
         nb01 = results.load("01_baseline/speedup", root)
 if nb01 is None:
@@ -877,7 +879,7 @@ display(study.summary())
 # 1. **A longer prefix.**
 #
 #    ```bash
-#    .venv/bin/python -m speclib.notebooks notebooks/05_backend_latency.ipynb build/05_prefix.ipynb -p PREFIXES "[128, 2048]"
+#    .venv/bin/python -m speclib notebooks notebooks/05_backend_latency.ipynb build/05_prefix.ipynb -p PREFIXES "[128, 2048]"
 #    ```
 #
 #    Only section 1's pass timings are recomputed. *Look for:* T(1) growing with the prefix on every
@@ -888,7 +890,7 @@ display(study.summary())
 # 2. **Two threads for every runtime.**
 #
 #    ```bash
-#    .venv/bin/python -m speclib.notebooks notebooks/05_backend_latency.ipynb build/05_threads.ipynb -p THREADS 2
+#    .venv/bin/python -m speclib notebooks notebooks/05_backend_latency.ipynb build/05_threads.ipynb -p THREADS 2
 #    ```
 #
 #    *Look for:* `c` and `v(K)` per backend moving in different directions, and the speedups' single
@@ -899,7 +901,7 @@ display(study.summary())
 # 3. **Your own pairing.**
 #
 #    ```bash
-#    .venv/bin/python -m speclib.notebooks notebooks/05_backend_latency.ipynb build/05_pairs.ipynb -p CONFIGS '[["torch", "llamacpp-q4_0"], ["onnx", "onnx"]]'
+#    .venv/bin/python -m speclib notebooks notebooks/05_backend_latency.ipynb build/05_pairs.ipynb -p CONFIGS '[["torch", "llamacpp-q4_0"], ["onnx", "onnx"]]'
 #    ```
 #
 #    Before running, read `c` and `v(K)` for the two backends off section 1 and place each pairing on
@@ -909,7 +911,7 @@ display(study.summary())
 # 4. **Run-to-run spread.**
 #
 #    ```bash
-#    .venv/bin/python -m speclib.notebooks notebooks/05_backend_latency.ipynb build/05_rounds.ipynb -p ROUNDS 3
+#    .venv/bin/python -m speclib notebooks notebooks/05_backend_latency.ipynb build/05_rounds.ipynb -p ROUNDS 3
 #    ```
 #
 #    *Look for:* the light bands of single rounds in the predicted-vs-measured figure, and whether the

@@ -113,14 +113,17 @@ from scipy.stats import spearmanr
 from tqdm.auto import tqdm
 
 import speclib
-from speclib import LayerSkipDrafter, ModelDrafter, Sampling, bench, generate, results, stats, train
-from speclib.drafters.branches import BranchSkipLM
-from speclib.drafters.layers import (ExitAdapter, acceptance_proxy, flop_cost, lm_acceptance, lm_loss, predicted_speedup,
-                                     proxy_measure, search_subsets, subset, subset_loss, train_exit)
-from speclib.loading import HYBRID_TYPES, wrap
-from speclib.models import HybridLM
-from speclib.plotting import savefig, style
-from speclib.study import Study
+from speclib import LayerSkipDrafter, ModelDrafter, Sampling
+from speclib.research import bench, stats, train
+from speclib import generate
+from speclib.workbook import results
+from speclib.lms.branches import BranchSkipLM
+from speclib.drafters.layers import ExitAdapter, predicted_speedup, subset
+from speclib.research.layer_search import (acceptance_proxy, flop_cost, lm_acceptance, lm_loss, proxy_measure, search_subsets, subset_loss, train_exit)
+from speclib.lms.loading import HYBRID_TYPES, wrap
+from speclib.lms import HybridLM
+from speclib.workbook.plotting import savefig, style
+from speclib.workbook.study import Study
 
 if SMOKE:
     CONTEXTS, PILOT_CONTEXT, LATENCY_REPEATS, EARLY_EXIT_NS, FIRST_NS = [128, 256], 128, 3, [2], [4]
@@ -134,7 +137,7 @@ EVAL_LEN = 64 if SMOKE else 256         # tokens per perplexity window (section 
 SEARCH_K = 2 if 2 in KS else KS[0]      # the draft length the search scores (the component-aware study's k)
 style()
 torch.manual_seed(SEED)
-threads = speclib.device.set_threads(THREADS or None)
+threads = speclib.core.device.set_threads(THREADS or None)
 target, draft = speclib.load(TARGET, device=DEVICE), speclib.load(DRAFT, device=DEVICE)
 if not isinstance(target, HybridLM):
     raise ValueError(f"TARGET {TARGET!r} loads as {type(target).__name__}: layer-subset views need a Gated DeltaNet "
@@ -836,7 +839,7 @@ display(Markdown(
 # removes a smaller share of each layer. In a Falcon-H1 layer attention is a branch, not a layer, so
 # its linear subgraph is every layer with the attention branch switched off: `BranchSkipLM(lm)`, a view
 # of the same weights with its own cache,
-# drafting through the stock `ModelDrafter` (`speclib/drafters/branches.py`). `TARGET`'s linear
+# drafting through the stock `ModelDrafter` (`speclib/lms/branches.py`). `TARGET`'s linear
 # subgraph is `subset(target, "linear")`. For every model, on the same held-out windows as section 5
 # and at the pilot context: the full model's and the subgraph's held-out loss (their difference is the
 # degradation), the teacher-forced acceptance at temperature 0 (argmax agreement) and 1 (Σ min(p, q)),
@@ -856,7 +859,7 @@ shipped = speclib.checkpoints()
 missing = [name for name in OTHER_FAMILIES if name not in shipped]
 if missing:
     raise ValueError(f"OTHER_FAMILIES {missing} are not shipped checkpoints ({', '.join(shipped)}); train them with "
-                     f"`python -m speclib.train model NAME ...` (presets in speclib/train.py, commands in `make train`)")
+                     f"`python -m speclib train model NAME ...` (presets in speclib/research/train.py, commands in `make train`)")
 models = {TARGET: target} | {name: speclib.load(name, device=DEVICE) for name in OTHER_FAMILIES}
 
 
@@ -1063,7 +1066,7 @@ display(study.summary())
 # 1. **Longer drafts.**
 #
 #    ```bash
-#    .venv/bin/python -m speclib.notebooks notebooks/06_self_speculation.ipynb build/06_ks.ipynb -p KS "[1, 2, 3, 4, 6, 8]"
+#    .venv/bin/python -m speclib notebooks notebooks/06_self_speculation.ipynb build/06_ks.ipynb -p KS "[1, 2, 3, 4, 6, 8]"
 #    ```
 #
 #    *Look for:* whether any subset's chosen k grows, and whether the best speedup moves. *Why:* a
@@ -1073,7 +1076,7 @@ display(study.summary())
 # 2. **A less noisy search.**
 #
 #    ```bash
-#    .venv/bin/python -m speclib.notebooks notebooks/06_self_speculation.ipynb build/06_search.ipynb -p SEARCH_REPEATS 20 -p SEARCH_WINDOWS 32
+#    .venv/bin/python -m speclib notebooks notebooks/06_self_speculation.ipynb build/06_search.ipynb -p SEARCH_REPEATS 20 -p SEARCH_WINDOWS 32
 #    ```
 #
 #    *Look for:* whether the search's best subset changes, and whether its predicted speedup survives
@@ -1084,7 +1087,7 @@ display(study.summary())
 # 3. **A longer-trained exit.**
 #
 #    ```bash
-#    .venv/bin/python -m speclib.notebooks notebooks/06_self_speculation.ipynb build/06_exit.ipynb -p EXIT_MINUTES 20 -p EXIT_STEPS 2000 -p EXIT_RANK 64
+#    .venv/bin/python -m speclib notebooks notebooks/06_self_speculation.ipynb build/06_exit.ipynb -p EXIT_MINUTES 20 -p EXIT_STEPS 2000 -p EXIT_RANK 64
 #    ```
 #
 #    *Look for:* the held-out KL after training and the decoding α with the exit. *Why:* a low-rank
@@ -1094,7 +1097,7 @@ display(study.summary())
 # 4. **Longer contexts only.**
 #
 #    ```bash
-#    .venv/bin/python -m speclib.notebooks notebooks/06_self_speculation.ipynb build/06_long.ipynb -p CONTEXTS "[1024, 4096, 8192]"
+#    .venv/bin/python -m speclib notebooks notebooks/06_self_speculation.ipynb build/06_long.ipynb -p CONTEXTS "[1024, 4096, 8192]"
 #    ```
 #
 #    Before running, read section 1's c of the linear subgraph at the longest shipped context and

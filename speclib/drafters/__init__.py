@@ -1,16 +1,16 @@
-"""Drafters propose a Tree from the context: `reset(prompt)`, `draft(context) -> Tree`,
-`observe(accepted_tokens)`, `check_compatible(target)`."""
-from .branches import BranchSkipLM
-from .cache import PromptLookupDrafter, SuffixDrafter
-from .feature import FeatureDrafter, HeadLM, frequent_tokens
-from .hybrid import Costs, HybridDrafter, PayoffPredictor
-from .layers import ExitAdapter, LayerSkipDrafter
-from .lookahead import Lookahead
-from .model import ModelDrafter, SelfDrafter
-from .recycling import TokenRecycling
-from .rest import Datastore, RestDrafter
-from .tree import TreeDrafter
+"""Drafters propose a Tree from the context (the `Drafter` protocol in speclib.core.protocols): model
+drafters (a separate model, the target's own layers, a feature head) and training-free ones (caches of
+the prompt and output, Token Recycling, REST, Lookahead), and HVD, which chooses among them per step."""
+from speclib.drafters.cache import PromptLookupDrafter, SuffixDrafter
+from speclib.drafters.feature import FeatureDrafter, frequent_tokens
+from speclib.drafters.hybrid import Costs, HybridDrafter, PayoffPredictor
+from speclib.drafters.layers import ExitAdapter, LayerSkipDrafter
+from speclib.drafters.lookahead import Lookahead
+from speclib.drafters.model import ModelDrafter, SelfDrafter
+from speclib.drafters.recycling import TokenRecycling
+from speclib.drafters.rest import Datastore, RestDrafter
+from speclib.drafters.tree import TreeDrafter
 
-__all__ = ["Costs", "FeatureDrafter", "HeadLM", "frequent_tokens", "HybridDrafter", "Lookahead", "ModelDrafter", "PayoffPredictor", "PromptLookupDrafter", "RestDrafter", "SelfDrafter",
-           "SuffixDrafter", "TokenRecycling", "TreeDrafter"]
-__all__ += ["Datastore", "BranchSkipLM", "ExitAdapter", "LayerSkipDrafter"]
+__all__ = ["Costs", "Datastore", "ExitAdapter", "FeatureDrafter", "HybridDrafter", "LayerSkipDrafter", "Lookahead",
+           "ModelDrafter", "PayoffPredictor", "PromptLookupDrafter", "RestDrafter", "SelfDrafter", "SuffixDrafter",
+           "TokenRecycling", "TreeDrafter", "frequent_tokens"]

@@ -14,9 +14,9 @@ from collections import deque
 
 import torch
 
-from ..protocols import LM
-from ..sampling import Sampling
-from ..tree import Tree
+from speclib.core.protocols import LM
+from speclib.core.sampling import Sampling
+from speclib.core.tree import Tree
 
 
 class _CacheDrafter:

@@ -10,99 +10,13 @@ a drafted node reads its parent's output state instead (the head's own guess of 
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
-from ..lm import BaseLM
-from ..protocols import LM, FeatureLM
-from ..sampling import Sampling
-from ..tree import Tree
-from .model import ModelDrafter
-from .tree import TreeDrafter
-
-
-class HeadLM(BaseLM):
-    """A `FeatureHead` behind the LM protocol, reading `target`'s committed features.
-
-    State: the head layer's KV cache [2, H, max_length, hd] and each slot's output state [max_length, d].
-    Slot 0 (token 0 has no earlier feature) is never attended. reset(prompt) fills slots 1..N-1 from the
-    target's features of the prompt (the target must have been reset on it, recording features)."""
-
-    def __init__(self, head, target: FeatureLM, vocab: torch.Tensor | None = None):
-        self.head, self.target = head, target
-        self.embed, self.norm, self.lm_head = target.frozen_parts()
-        # FR-Spec: score only `vocab` (token ids) through the LM head's rows, -inf elsewhere
-        self.rows = None if vocab is None else torch.as_tensor(vocab, device=target.device).long()
-        self.tokenizer, self.device, self.max_length = target.tokenizer, target.device, target.max_length
-        self.dtype = next(target.frozen_parts()[2].parameters()).dtype
-        head.to(device=self.device, dtype=self.dtype).eval()
-        H, hd, d = head.layer.n_heads, head.layer.head_dim, head.config["hidden_size"]
-        self.kv = torch.zeros(2, H, self.max_length, hd, device=self.device, dtype=self.dtype)
-        self.hidden = torch.zeros(self.max_length, d, device=self.device, dtype=self.dtype)
-        self._start(0)
-
-    @property
-    def vocab_size(self) -> int:
-        return self.head.config["vocab_size"]
-
-    @torch.inference_mode()
-    def reset(self, prompt_ids) -> torch.Tensor:
-        """Fill slots 1..N-1; returns the logits [V] of the last slot (its guess of token N + 1), or zeros
-        for a one-token prompt."""
-        ids = self._prompt_ids(prompt_ids)
-        self._start(1)                                   # slot 0: token 0, no feature, never attended
-        logits = torch.zeros(self.vocab_size, device=self.device)
-        if ids.numel() > 1:
-            logits = self.extend(ids[1:].tolist(), list(range(-1, ids.numel() - 2)))[-1]
-        self._start(ids.numel())
-        return logits
-
-    @torch.inference_mode()
-    def extend(self, tokens, parents) -> torch.Tensor:
-        ids, pos, old, chain = self._new_nodes(tokens, parents)
-        start = self.n_committed + old
-        end = start + ids.numel()
-        feats = self.target.committed_features(0)                  # [n_target, F], a view
-        true = pos - 1 < feats.shape[0]                            # the target has this node's feature
-        parents = torch.tensor(self.pending_parents[old:], device=self.device)
-        if not bool(true.all()) and bool((parents[~true] < 0).any()):
-            raise RuntimeError("HeadLM: a node after the committed tip has no target feature; draft() must feed "
-                               "the context's tail first")
-        inp = torch.empty(ids.numel(), self.hidden.shape[1], device=self.device, dtype=self.dtype)
-        if bool(true.any()):
-            inp[true] = self.head.fuse(feats[pos[true] - 1].to(self.dtype))
-        if not bool(true.all()):
-            inp[~true] = self.hidden[self.n_committed + parents[~true]]
-        x = self.head.inp(torch.cat([inp, self.embed(ids)], -1))[None]
-        q, k, v = self.head.layer.qkv(x, pos)
-        self.kv[0, :, start:end], self.kv[1, :, start:end] = k[0], v[0]
-        if chain:
-            allowed = torch.arange(end, device=self.device)[None] <= torch.arange(start, end, device=self.device)[:, None]
-        else:
-            allowed = self._tree_allowed(old)
-        allowed[:, 0] = False                                      # slot 0 holds no feature
-        o = F.scaled_dot_product_attention(q, self.kv[0, :, :end][None], self.kv[1, :, :end][None], attn_mask=allowed)
-        h = self.head.layer.finish(x, o)
-        self.hidden[start:end] = h[0]
-        return self.scores(self.norm(h)[0])
-
-    def scores(self, normed: torch.Tensor) -> torch.Tensor:
-        """Logits [n, V] of normed states [n, d]: the full LM head, or (FR-Spec) only its `vocab` rows."""
-        if self.rows is None:
-            return self.lm_head(normed).float()
-        out = torch.full((normed.shape[0], self.vocab_size), float("-inf"), device=normed.device)
-        out[:, self.rows] = F.linear(normed, self.lm_head.weight[self.rows]).float()
-        return out
-
-    @torch.inference_mode()
-    def commit(self, path) -> None:
-        path = list(path)
-        self._check_path(path)
-        n, keep = self.n_committed, len(path)
-        if path != list(range(keep)):
-            src = torch.tensor(path, device=self.device) + n
-            self.kv[:, :, n:n + keep] = self.kv[:, :, src]
-            self.hidden[n:n + keep] = self.hidden[src]
-        self._start(n + keep)
+from speclib.lms.head import HeadLM
+from speclib.core.protocols import LM, FeatureLM
+from speclib.core.sampling import Sampling
+from speclib.core.tree import Tree
+from speclib.drafters.model import ModelDrafter
+from speclib.drafters.tree import TreeDrafter
 
 
 class FeatureDrafter:
@@ -111,7 +25,7 @@ class FeatureDrafter:
     the nodes with the highest path value, the product of draft probabilities, at most `top` per node;
     the rules of `TreeDrafter(..., expand="confidence")`, which keep sampling lossless).
 
-    The target must be a `speclib.protocols.FeatureLM`; building the drafter switches its feature
+    The target must be a `speclib.core.protocols.FeatureLM`; building the drafter switches its feature
     recording on (for the head's layers), so build it before decoding. Draft tokens come from the
     head's distribution processed by the target's Sampling (or `sampling`), with the run's generator.
     observe() keeps only the head's slots computed from the target's true features: drafted slots
@@ -144,14 +58,14 @@ class FeatureDrafter:
 
     def _check_target(self, target) -> None:
         if not isinstance(target, FeatureLM):
-            raise ValueError(f"FeatureDrafter needs a target with the FeatureLM capability (speclib.protocols): "
+            raise ValueError(f"FeatureDrafter needs a target with the FeatureLM capability (speclib.core.protocols): "
                              f"{type(target).__name__} does not hand out hidden features; use LlamaLM, HFLM or HybridLM")
         c = self.head.config
         mine = target.weights_fingerprint()
         if c.get("fingerprint") != mine:
             raise ValueError(f"this head was trained for {c.get('target')!r} (weights fingerprint {c.get('fingerprint')}), "
                              f"not for this target (fingerprint {mine}): load the head trained for it, or train one "
-                             f"with `python -m speclib.train head TARGET`")
+                             f"with `python -m speclib train head TARGET`")
         if c["vocab_size"] != target.vocab_size or c["hidden_size"] != target.hidden_size:
             raise ValueError(f"head shape (vocab {c['vocab_size']}, hidden {c['hidden_size']}) does not fit the "
                              f"target (vocab {target.vocab_size}, hidden {target.hidden_size})")

@@ -40,9 +40,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from ..protocols import LM, ScoredDrafter, VerifyObserver
-from ..sampling import Sampling
-from ..tree import Tree
+from speclib.core.protocols import LM, ScoredDrafter, VerifyObserver
+from speclib.core.sampling import Sampling
+from speclib.core.tree import Tree
 
 POLICIES = ("model", "cache", "arctic", "sam", "hvd", "oracle")
 FEATURES = ("suffix_source", "score", "match_len", "draft_len", "p_first", "p_last", "p_mean", "position",

@@ -28,9 +28,9 @@ from collections import OrderedDict
 
 import torch
 
-from ..protocols import LM
-from ..sampling import Sampling
-from ..tree import Tree
+from speclib.core.protocols import LM
+from speclib.core.sampling import Sampling
+from speclib.core.tree import Tree
 
 __all__ = ["Lookahead"]
 

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import torch
 
-from ..protocols import LM
-from ..sampling import Sampling, probs, sample
-from ..tree import Tree
+from speclib.core.protocols import LM
+from speclib.core.sampling import Sampling, probs, sample
+from speclib.core.tree import Tree
 
 
 class ModelDrafter:
@@ -60,8 +60,8 @@ class SelfDrafter(ModelDrafter):
     and keeps its own recurrent states; only hybrid LMs (`models.hybrid.HybridLM`) have such a subgraph."""
 
     def __init__(self, target: LM, k: int = 4, sampling: Sampling | None = None):
-        from ..models.hybrid import HybridLM
+        from speclib.lms.hybrid import HybridLM
         if not isinstance(target, HybridLM):
-            raise TypeError(f"SelfDrafter needs a hybrid LM (speclib.models.hybrid.HybridLM), got "
+            raise TypeError(f"SelfDrafter needs a hybrid LM (speclib.lms.hybrid.HybridLM), got "
                             f"{type(target).__name__}: an attention-only model has no linear subgraph")
         super().__init__(target.view(skip_attention=True), k, sampling)

@@ -16,9 +16,9 @@ import heapq
 import numpy as np
 import torch
 
-from ..protocols import LM
-from ..sampling import Sampling
-from ..tree import Tree
+from speclib.core.protocols import LM
+from speclib.core.sampling import Sampling
+from speclib.core.tree import Tree
 
 __all__ = ["TokenRecycling", "recycling_template", "expected_accepted"]
 

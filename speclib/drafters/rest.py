@@ -6,21 +6,19 @@ stream, takes the tokens that followed up to `max_candidates` of its occurrences
 and drafts the `nodes` most frequent prefixes as a tree. The draft is deterministic (q = None), so
 `Lossless` verifies it exactly at any temperature.
 
-    python -m speclib.drafters.rest build TARGET OUT [--source chat|prompts|stdlib] [--n 320]   # build, save
+    python -m speclib datastore build TARGET OUT [--source chat|prompts|stdlib] [--n 320]   # build, save
 """
 from __future__ import annotations
 
-import argparse
 import heapq
-import time
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from ..protocols import LM
-from ..sampling import Sampling
-from ..tree import Tree
+from speclib.core.protocols import LM
+from speclib.core.sampling import Sampling
+from speclib.core.tree import Tree
 
 __all__ = ["Datastore", "RestDrafter", "suffix_array"]
 
@@ -93,7 +91,7 @@ class Datastore:
             with np.load(Path(path)) as z:
                 return cls(z["tokens"], int(z["max_len"]), z["sa"])
         except (OSError, KeyError, ValueError) as e:
-            raise ValueError(f"cannot read a datastore from {path}: {e} (build one: python -m speclib.drafters.rest "
+            raise ValueError(f"cannot read a datastore from {path}: {e} (build one: python -m speclib datastore "
                              f"build TARGET OUT)") from e
 
     def _bound(self, s: list[int], upper: bool) -> int:
@@ -198,45 +196,3 @@ class RestDrafter:
         self.last = dict(score=float(len(conts)), match_len=m, candidates=len(conts), draft_len=len(tokens), probs=spine)
         return Tree(tokens, parents, None, source="rest")
 
-
-def build(target: str, source: str = "chat", max_len: int = 16, n: int = 320) -> tuple[Datastore, float]:
-    """A datastore of text tokenized by `target`'s tokenizer. source: "chat", the target's own greedy answers
-    to the first n training instructions of speclib.chat_data (instructions that are not Spec-Bench turns;
-    generated and cached in build/ when missing: minutes); "prompts", those instructions in the chat
-    template without answers (no generation); "stdlib", the Python standard library's training split.
-    Returns it and the seconds its suffix array took."""
-    from .. import chat_data
-    if source == "chat":
-        chat_data.answer(target, "train", n)
-        stream = chat_data.stream(target, "train", n)
-    elif source == "prompts":
-        stream = chat_data.prompt_stream(target, "train", n)
-    elif source == "stdlib":
-        import speclib
-        from .. import train
-        stream = train.token_stream("train", speclib.load(target).tokenizer)
-    else:
-        raise ValueError(f"source must be 'chat', 'prompts' or 'stdlib', got {source!r}")
-    t0 = time.perf_counter()
-    store = Datastore(stream, max_len)
-    return store, time.perf_counter() - t0
-
-
-def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m speclib.drafters.rest", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    b = sub.add_parser("build", help="tokenize text on this machine and save its datastore")
-    b.add_argument("target", help="the model whose tokenizer the datastore uses (speclib.load name)")
-    b.add_argument("out", help="the .npz file to write")
-    b.add_argument("--source", choices=["chat", "prompts", "stdlib"], default="chat")
-    b.add_argument("--n", type=int, default=320, help="instructions (chat, prompts)")
-    b.add_argument("--max-len", type=int, default=16)
-    a = ap.parse_args(argv)
-    store, seconds = build(a.target, a.source, a.max_len, a.n)
-    path = store.save(a.out)
-    print(f"{path}: {len(store):,} tokens, {store.nbytes / 2**20:.1f} MB, suffix array in {seconds:.1f} s")
-
-
-if __name__ == "__main__":
-    main()

@@ -42,10 +42,10 @@ import math
 
 import torch
 
-from ..protocols import LM
-from ..sampling import Sampling, probs, sample
-from ..tree import Tree
-from .model import ModelDrafter
+from speclib.core.protocols import LM
+from speclib.core.sampling import Sampling, probs, sample
+from speclib.core.tree import Tree
+from speclib.drafters.model import ModelDrafter
 
 
 class TreeDrafter:

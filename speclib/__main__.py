@@ -1,0 +1,33 @@
+"""speclib's command line: `python -m speclib COMMAND [ARGS]` (`python -m speclib COMMAND --help` for each)."""
+import importlib
+import sys
+
+COMMANDS = {   # command -> (module with main(argv), what it does)
+    "notebooks": ("speclib.workbook.notebooks", "run a notebook headlessly (papermill) into build/"),
+    "report": ("speclib.workbook.report", "recompute the README's result blocks from data/results/"),
+    "study": ("speclib.workbook.study", "list a notebook's steps and whether their results are stale"),
+    "sweep": ("speclib.workbook.sweep", "run notebooks over parameter grids on Ray"),
+    "book": ("speclib.workbook.book", "build the book (Jupyter Book) from the executed notebooks"),
+    "bench": ("speclib.research.bench", "time AR and speculative decoding on a target/draft pair"),
+    "train": ("speclib.research.train", "train the workbook's models, heads and tokenizer"),
+    "datastore": ("speclib.research.datastore", "build a REST datastore from text on this machine"),
+    "chat_data": ("speclib.research.chat_data", "generate and cache a pretrained model's chat answers"),
+    "data": ("speclib.research.data", "build the code workloads from the Python standard library"),
+    "workloads": ("speclib.research.workloads", "build the agentic workloads"),
+    "support": ("speclib.research.support", "check that each supported model family loads and verifies"),
+}
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] not in COMMANDS:
+        width = max(map(len, COMMANDS))
+        lines = "\n".join(f"  {name:<{width}}  {what}" for name, (_, what) in COMMANDS.items())
+        print(f"usage: python -m speclib COMMAND [ARGS]\n\ncommands:\n{lines}", file=sys.stderr)
+        raise SystemExit(0 if argv and argv[0] in ("-h", "--help") else 2)
+    result = importlib.import_module(COMMANDS[argv[0]][0]).main(argv[1:])
+    raise SystemExit(result if isinstance(result, int) else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,78 @@
+"""Other implementations of the same methods, run on the same weights for side-by-side comparison.
+
+    hf_generate(lm, ids, n)                  transformers' own greedy `generate` (its AR baseline)
+    hf_prompt_lookup(lm, ids, n, k, ngram)   transformers' prompt lookup decoding (`prompt_lookup_num_tokens`)
+    LlamaCpp(gguf).generate(ids, n)          llama.cpp (llama-cpp-python) greedy on a GGUF file
+    LlamaCpp(gguf, lookup=(ngram, k))        ... with its prompt lookup drafter (`LlamaPromptLookupDecoding`)
+
+Each returns a `Generation` with the new tokens, the wall time and, where the peer reports them, no
+per-step statistics (the steps list is empty: these loops do not expose their acceptance). All stop at
+`max_new_tokens` or at the model's EOS token, like `speclib.generate`. Greedy only.
+"""
+from __future__ import annotations
+
+import atexit
+
+import numpy as np
+import torch
+
+from speclib.core.device import clock
+from speclib.core.generate import Generation
+
+
+def _generation(tokens: list[int], seconds: float) -> Generation:
+    return Generation(tokens, "", dict(steps=[], seconds=seconds, new_tokens=len(tokens), target_calls=np.nan,
+                                       tokens_per_call=np.nan, acceptance_rate=np.nan,
+                                       tokens_per_s=len(tokens) / seconds))
+
+
+def _hf(lm, prompt_ids, max_new_tokens: int, **kw) -> Generation:
+    ids = torch.tensor([list(prompt_ids)], device=lm.device)
+    t0 = clock(lm.device)
+    with torch.inference_mode():
+        out = lm.model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
+                                max_new_tokens=max_new_tokens, eos_token_id=lm.eos_token_id,
+                                pad_token_id=lm.eos_token_id, **kw)
+    seconds = clock(lm.device) - t0
+    return _generation(out[0, len(prompt_ids):].tolist(), seconds)
+
+
+def hf_generate(lm, prompt_ids, max_new_tokens: int) -> Generation:
+    """transformers' greedy `generate` on `lm.model` (the stock forward and cache)."""
+    return _hf(lm, prompt_ids, max_new_tokens)
+
+
+def hf_prompt_lookup(lm, prompt_ids, max_new_tokens: int, k: int = 10, max_ngram: int = 2) -> Generation:
+    """transformers' prompt lookup decoding: up to k tokens copied after the last matching n-gram
+    (n = max_ngram down to 1), verified by the target in one pass."""
+    return _hf(lm, prompt_ids, max_new_tokens, prompt_lookup_num_tokens=k, max_matching_ngram_size=max_ngram)
+
+
+class LlamaCpp:
+    """llama.cpp on a GGUF file; `lookup=(max_ngram, k)` adds llama-cpp-python's prompt lookup drafter
+    (it drafts up to k tokens after the last matching n-gram, n = max_ngram down to 1, and verifies them
+    in one `eval`)."""
+
+    def __init__(self, gguf, threads: int | None = None, n_ctx: int = 4096, lookup: tuple[int, int] | None = None,
+                 eos_token_id: int | None = None):
+        import llama_cpp
+        from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
+        draft = LlamaPromptLookupDecoding(max_ngram_size=lookup[0], num_pred_tokens=lookup[1]) if lookup else None
+        n = threads or torch.get_num_threads()
+        # with a drafter every position's logits are kept (llama-cpp-python sizes that buffer by logits_all)
+        self.llm = llama_cpp.Llama(str(gguf), n_ctx=n_ctx, n_threads=n, n_threads_batch=n, draft_model=draft,
+                                   logits_all=draft is not None, verbose=False)
+        atexit.register(self.llm.close)
+        self.eos = self.llm.token_eos() if eos_token_id is None else eos_token_id
+        self.lookup = lookup
+
+    def generate(self, prompt_ids, max_new_tokens: int) -> Generation:
+        out = []
+        t0 = clock(torch.device("cpu"))
+        for tok in self.llm.generate(list(prompt_ids), temp=0.0, top_k=1, reset=True):
+            if tok == self.eos:
+                break
+            out.append(int(tok))
+            if len(out) >= max_new_tokens:
+                break
+        return _generation(out, clock(torch.device("cpu")) - t0)
