@@ -18,7 +18,7 @@ import math
 
 import torch
 
-from speclib.tree import ancestor_mask
+from speclib.core.tree import ancestor_mask
 
 from .naive import Factors, check_inputs
 

@@ -21,7 +21,7 @@ from typing import NamedTuple
 
 import torch
 
-from speclib.tree import path_to
+from speclib.core.tree import path_to
 
 
 class Factors(NamedTuple):
