@@ -100,7 +100,6 @@ THREADS = 1             # torch threads (0: every CPU this process may use); 1 k
 
 # %%
 import re
-import time
 
 import numpy as np
 import pandas as pd
@@ -113,6 +112,7 @@ import speclib
 from speclib import ModelDrafter, Sampling, SelfDrafter, TreeDrafter, generate_batch
 from speclib.research import bench, bench_tree, data, stats, train
 from speclib import generate
+from speclib.core.device import clock
 from speclib.workbook import results
 from speclib.lms.loading import HYBRID_TYPES
 from speclib.lms import HybridLM
@@ -177,10 +177,10 @@ def peer_check():
     ar = generate(target, ids, 32, sampling=GREEDY)
     sd = generate(target, ids, 32, drafter=TreeDrafter(draft, budget=16, depth=TREE_DEPTH, top=TOP), sampling=GREEDY)
     with torch.inference_mode():        # the stock forward (its own cache and torch fallbacks), for reference
-        t0 = time.perf_counter()
+        t0 = clock(target.device)
         hf = target.model.generate(torch.tensor([ids], device=target.device), do_sample=False, max_new_tokens=32,
                                    pad_token_id=target.eos_token_id)[0, len(ids):].tolist()
-        hf_s = time.perf_counter() - t0
+        hf_s = clock(target.device) - t0
     peer = pd.DataFrame([dict(method="transformers generate (greedy)", tokens_per_s=len(hf) / hf_s, identical_to_speclib_ar=hf == ar.tokens),
                          dict(method="speclib AR (HybridLM)", tokens_per_s=ar.stats["tokens_per_s"], identical_to_speclib_ar=True),
                          dict(method="speclib tree SD", tokens_per_s=sd.stats["tokens_per_s"], identical_to_speclib_ar=sd.tokens == ar.tokens)])
@@ -692,9 +692,9 @@ def batched_runs():
         }
         ar_tokens = None
         for name, drafters in runs.items():
-            t0 = time.perf_counter()
+            t0 = clock(target.device)
             out = generate_batch([target.view() for _ in ps], ps, MAX_NEW_TOKENS, drafters=drafters, sampling=GREEDY)
-            secs = time.perf_counter() - t0
+            secs = clock(target.device) - t0
             toks = [g.tokens for g in out]
             ar_tokens = toks if name == "AR" else ar_tokens
             batch_rows.append(dict(group=gi, method=name, seconds=secs, new_tokens=sum(map(len, toks)),

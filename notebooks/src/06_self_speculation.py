@@ -120,7 +120,7 @@ from speclib.workbook import results
 from speclib.lms.branches import BranchSkipLM
 from speclib.drafters.layers import ExitAdapter, predicted_speedup, subset
 from speclib.research.layer_search import (acceptance_proxy, flop_cost, lm_acceptance, lm_loss, proxy_measure, search_subsets, subset_loss, train_exit)
-from speclib.lms.loading import HYBRID_TYPES, wrap
+from speclib.lms.loading import HYBRID_TYPES, with_context
 from speclib.lms import HybridLM
 from speclib.workbook.plotting import savefig, style
 from speclib.workbook.study import Study
@@ -144,16 +144,6 @@ if not isinstance(target, HybridLM):
                      f"hybrid that speclib runs with its own forward (HybridLM: {', '.join(HYBRID_TYPES)})")
 trained_context = target.max_length
 LONG = max(CTXS) + MAX_NEW_TOKENS + max(KS) + 2      # the longest sequence any run reaches
-
-
-def with_context(lm, n):
-    """The same weights behind a fresh LM whose context is n positions. Both models use plain RoPE,
-    computed from the position, so nothing but the configured limit changes."""
-    if lm.max_length >= n:
-        return lm
-    for cfg in {id(c): c for c in (lm.model.config, getattr(lm, "config", lm.model.config))}.values():
-        cfg.max_position_embeddings = n
-    return wrap(lm.model, lm.tokenizer, lm.device, lm.path)
 
 
 target, draft = with_context(target, LONG), with_context(draft, LONG)

@@ -105,6 +105,31 @@ def wrap(model, tokenizer, device, path=None, impl: str = "fast", backend: str =
     return HFLM(model, tokenizer, device, path)
 
 
+def with_context(lm, n: int) -> LM:
+    """The same weights behind a fresh LM (`wrap`) whose context limit is n positions: for a model whose
+    positions are plain RoPE, computed from the position itself, nothing but the configured limit changes
+    (a model trained on shorter sequences may of course predict worse past them). An LM that already
+    allows n positions is returned as is; scaled RoPE or a model without RoPE is a ValueError."""
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"n must be an int >= 1, got {n!r}")
+    if lm.max_length >= n:
+        return lm
+    model = getattr(lm, "model", None)
+    if model is None or not hasattr(model, "config"):
+        raise ValueError(f"{type(lm).__name__} has no transformers model whose context could be raised")
+    configs = {id(c): c for c in (model.config, getattr(lm, "config", model.config))}.values()
+    for cfg in configs:
+        rope = getattr(cfg, "rope_parameters", None) or getattr(cfg, "rope_scaling", None)
+        if rope is None and getattr(cfg, "rope_theta", None) is None:
+            raise ValueError(f"{cfg.model_type}: positions are not RoPE, so the context cannot be raised")
+        kind = (rope or {}).get("rope_type", (rope or {}).get("type", "default"))
+        if kind != "default":
+            raise ValueError(f"{cfg.model_type}: {kind!r} RoPE scaling is tied to its configured context")
+    for cfg in configs:
+        cfg.max_position_embeddings = n
+    return wrap(model, lm.tokenizer, lm.device, getattr(lm, "path", None))
+
+
 def describe(lm) -> dict:
     """A model's card as one row: name, architecture, parameters, and what its training recorded
     (`training.json`, written by `speclib.research.train` for the shipped checkpoints; NaN where a checkpoint
