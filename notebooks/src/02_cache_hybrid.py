@@ -107,6 +107,7 @@ from speclib import generate
 from speclib.core.device import clock
 from speclib.workbook import results
 from speclib.drafters import rest
+from speclib.research import datastore
 from speclib.drafters.recycling import expected_accepted, recycling_template
 from speclib.drafters.hybrid import FEATURES, Costs, PayoffPredictor, feature_matrix
 from speclib.workbook.plotting import savefig, style
@@ -898,7 +899,7 @@ display(Markdown(
 
 # %%
 def training_free_runs():
-    store, sa_s = rest.build(TARGET, "stdlib")
+    store, sa_s = datastore.build(TARGET, "stdlib")
     w0 = WORKLOADS[0]
     generate(target, prompts[w0]["fit"][0], MAX_NEW_TOKENS, sampling=GREEDY)       # untimed warm-up, throwaway drafters
     generate(target, prompts[w0]["fit"][0], MAX_NEW_TOKENS, drafter=rest.RestDrafter(store, nodes=REST_NODES), sampling=GREEDY)
@@ -980,7 +981,7 @@ assert tf_runs[tf_runs.method != "AR"].same_as_reference.all(), "a training-free
 
 # %%
 def every_source_runs():
-    store, _ = rest.build(TARGET, "stdlib")
+    store, _ = datastore.build(TARGET, "stdlib")
     sources = ["prompt lookup", "suffix", "token recycling", "REST"]
 
     def t_of(n):                                  # T(n) from section 1's bare forward, interpolated

@@ -118,7 +118,8 @@ from speclib.research import bench, stats, train
 from speclib import generate
 from speclib.workbook import results
 from speclib.lms.branches import BranchSkipLM
-from speclib.drafters.layers import ExitAdapter, predicted_speedup, subset
+from speclib.core.analytic import predicted_speedup
+from speclib.drafters.layers import ExitAdapter, subset
 from speclib.research.layer_search import (acceptance_proxy, flop_cost, lm_acceptance, lm_loss, proxy_measure, search_subsets, subset_loss, train_exit)
 from speclib.lms.loading import HYBRID_TYPES, with_context
 from speclib.lms import HybridLM
