@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +20,7 @@ import torch.nn.functional as F
 
 from speclib.lms.head import COUNTS, FeatureHead, new_head, save_head
 from speclib.lms.lm import CHECKPOINTS
+from speclib.research import training
 
 STEP_DECAY = 0.8             # weight of unrolled step s in the loss: STEP_DECAY ** (s - 1)
 FEATURE_WEIGHT = 0.2         # weight of the feature-regression term beside the distribution term
@@ -115,11 +115,10 @@ def fit(target, head: FeatureHead, train: np.ndarray, held: np.ndarray, state_di
         autocast: bool = True, eval_every: int = 100, n_eval: int = 16, extra: np.ndarray | None = None,
         mix: float = 0.0, rows: torch.Tensor | None = None, log=print) -> dict:
     """Train `head` on `target`'s features over token streams; resumable (state_dir/state.pt, written at
-    least every train.SAVE_EVERY_S seconds and at the end, resumed when present). Stops after `steps`
+    least every training.SAVE_EVERY_S seconds and at the end, resumed when present). Stops after `steps`
     steps in all or `minutes` in this call. rows: train over these token ids only (FR-Spec's drafting
     vocabulary: the target's distribution renormalized over them; the output layer's cost in training
     shrinks by V / len(rows)). Returns the run's record (steps, tokens, seconds, held-out)."""
-    from speclib.research.train import SAVE_EVERY_S, batch as sample_batch, lr_at
     parts = target.frozen_parts()
     for m in parts:
         m.requires_grad_(False)
@@ -128,12 +127,12 @@ def fit(target, head: FeatureHead, train: np.ndarray, held: np.ndarray, state_di
     gen = torch.Generator().manual_seed(seed)
     state_dir = Path(state_dir)
     state_dir.mkdir(parents=True, exist_ok=True)
-    state_path = state_dir / "state.pt"
-    st = {"step": 0, "tokens": 0, "seconds": 0.0, "evals": []}
-    if state_path.exists():
-        ck = torch.load(state_path, weights_only=False)
-        head.load_state_dict(ck["head"]); opt.load_state_dict(ck["opt"]); gen.set_state(ck["gen"]); st = ck["st"]
+    checkpoint = training.Checkpoint(state_dir / "state.pt", {"head": head, "opt": opt, "gen": gen})
+    st = checkpoint.restore()
+    if st is not None:
         log(f"resumed at step {st['step']}")
+    else:
+        st = {"step": 0, "tokens": 0, "seconds": 0.0, "evals": []}
     starts = np.linspace(0, len(held) - seq - 2, n_eval).astype(int)
     held_x = torch.stack([torch.from_numpy(held[s:s + seq + 1].astype(np.int64)) for s in starts])
 
@@ -146,39 +145,31 @@ def fit(target, head: FeatureHead, train: np.ndarray, held: np.ndarray, state_di
         return {"step": st["step"], "tokens": st["tokens"], "ce": [round(float(np.mean(c)), 4) for c in zip(*(r[0] for r in runs))],
                 "agreement": [round(float(np.mean(a)), 4) for a in zip(*(r[1] for r in runs))]}
 
-    def save():
-        torch.save({"head": head.state_dict(), "opt": opt.state_dict(), "gen": gen.get_state(), "st": st},
-                   state_path.with_suffix(".tmp"))
-        state_path.with_suffix(".tmp").replace(state_path)
-
-    head.train()
-    t_end, last_save = time.time() + 60 * minutes, time.time()
-    while st["step"] < steps and time.time() < t_end:
-        t0 = time.time()
-        for g in opt.param_groups:
-            g["lr"] = lr_at(st["step"], steps, lr, warmup=min(100, steps // 10 + 1))
+    def step_loss():
         n_mix = int(round(mix * batch)) if extra is not None else 0
-        x = sample_batch(train, batch - n_mix, seq, gen)
+        x = training.batch(train, batch - n_mix, seq, gen)
         if n_mix:
-            x = torch.cat([x, sample_batch(extra, n_mix, seq, gen)])
+            x = torch.cat([x, training.batch(extra, n_mix, seq, gen)])
         target_out = target_pass(model, x, layers, autocast, rows)
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):     # AMX / bf16 units: ~3x
-            loss, ces, agree = unrolled_loss(head, parts, x, *target_out, unroll, rows)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
-        opt.step()
-        st["step"] += 1; st["tokens"] += batch * seq; st["seconds"] += time.time() - t0
+            loss, ces, _ = unrolled_loss(head, parts, x, *target_out, unroll, rows)
+        return loss, ces
+
+    def on_step(st, loss, ces):
         if st["step"] % 10 == 0 or st["step"] == 1:
             log(f"step {st['step']}: loss {loss.item():.4f}, ce per step {[round(c, 3) for c in ces]}, "
                 f"{st['tokens'] / st['seconds']:.0f} tokens/s")
         if st["step"] % eval_every == 0:
-            st["evals"].append(evaluate()); log(f"held-out: {st['evals'][-1]}")
-        if time.time() - last_save > SAVE_EVERY_S:
-            save(); last_save = time.time()
+            st["evals"].append(evaluate())
+            log(f"held-out: {st['evals'][-1]}")
+
+    head.train()
+    training.run_training(step_loss, opt, st, steps=steps, minutes=minutes, tokens_per_step=batch * seq, lr=lr,
+                 warmup=min(100, steps // 10 + 1), on_step=on_step, checkpoint=checkpoint)
     if not st["evals"] or st["evals"][-1]["step"] != st["step"]:
-        st["evals"].append(evaluate()); log(f"held-out: {st['evals'][-1]}")
-    save()
+        st["evals"].append(evaluate())
+        log(f"held-out: {st['evals'][-1]}")
+        checkpoint.save(st)             # the saved record ends with this evaluation too
     return st
 
 
@@ -186,27 +177,26 @@ def train_head(target_name: str, out=None, minutes: float = 30, steps: int = 200
                unroll: int = 3, lr: float = 1e-3, layers=None, seed: int = 0, autocast: bool = True,
                eval_every: int = 100, vocab: int | None = None) -> Path:
     """Train (or resume) the head of a shipped target on the target's own training split (the preset's
-    streams in `speclib.research.train`, its workload mix included) and write data/checkpoints/<target>-head/
+    streams in `speclib.research.training`, its workload mix included) and write data/checkpoints/<target>-head/
     (or `out`) with a MODEL_CARD.md. State in build/train/<out name>/. A pretrained target
     (`speclib.lms.pretrained`) trains on its own chat answers: run `python -m speclib chat_data NAME` first.
     vocab: train over the `vocab` most frequent tokens of the training data only (config "train_vocab";
     draft with `FeatureDrafter(vocab=frequent_tokens(token_counts(head), vocab))`)."""
-    from speclib.research import chat_data
     from speclib.lms import pretrained
-    from speclib.research import train as T
     from speclib.lms.loading import load
+    from speclib.research import chat_data
     lm = load(target_name, device="cpu", dtype=torch.float32)
     out = Path(out) if out is not None else CHECKPOINTS / f"{Path(target_name).name}-head"
-    preset = T.PRESETS.get(target_name, {})
-    extra, mix = (T.workload_stream("train", lm.tokenizer), preset["mix"]) if preset.get("mix") else (None, 0.0)
+    preset = training.PRESETS.get(target_name, {})
+    extra, mix = (training.workload_stream("train", lm.tokenizer), preset["mix"]) if preset.get("mix") else (None, 0.0)
     if target_name in pretrained.MODELS:
         # its own answers to instructions, and (half of each batch) more instructions without answers
         train_s, held_s = chat_data.stream(target_name, "train"), chat_data.stream(target_name, "heldout")
         extra, mix = chat_data.prompt_stream(target_name, "train"), PROMPT_MIX
-    elif target_name in T.PRESETS:
-        train_s, held_s = T.streams(target_name, lm.tokenizer)
+    elif target_name in training.PRESETS:
+        train_s, held_s = training.streams(target_name, lm.tokenizer)
     else:
-        train_s, held_s = T.token_stream("train", lm.tokenizer), T.token_stream("heldout", lm.tokenizer)
+        train_s, held_s = training.token_stream("train", lm.tokenizer), training.token_stream("heldout", lm.tokenizer)
     head = new_head(lm, Path(target_name).name, layers, seed)
     seen = np.concatenate([train_s] + ([extra] if extra is not None else [])).astype(np.int64)
     counts = np.bincount(seen, minlength=head.config["vocab_size"]).astype(np.int64)
@@ -215,7 +205,7 @@ def train_head(target_name: str, out=None, minutes: float = 30, steps: int = 200
         from speclib.drafters import frequent_tokens
         rows = frequent_tokens(counts, vocab)
         head.config["train_vocab"] = int(vocab)
-    st = fit(lm, head, train_s, held_s, T.STATE / out.name, steps=steps, minutes=minutes, batch=batch, seq=seq,
+    st = fit(lm, head, train_s, held_s, training.STATE / out.name, steps=steps, minutes=minutes, batch=batch, seq=seq,
              unroll=unroll, lr=lr, seed=seed, autocast=autocast, eval_every=eval_every, extra=extra,
              mix=mix, rows=rows, log=lambda m: print(m, flush=True))
     save_head(head, out)

@@ -10,7 +10,6 @@ Losses and acceptance proxies compare a subset view's next-token distribution wi
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -19,8 +18,10 @@ import torch
 import torch.nn.functional as F
 
 from speclib.core.analytic import predicted_speedup
+from speclib.core.device import clock
 from speclib.drafters.layers import ExitAdapter, _hybrid
 from speclib.lms.hybrid import HybridLM, check_layers
+from speclib.research.training import run_training
 
 
 # --- teacher-forced measurements ------------------------------------------------------------------
@@ -259,26 +260,26 @@ def train_exit(target: HybridLM, layers, stream: np.ndarray, steps: int, *, held
         return float(torch.cat(kl).mean()), float(torch.cat(acc).mean())
 
     kl_before, acc_before = evaluate()
-    params = list(adapter.parameters())
-    opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
+    opt = torch.optim.AdamW(adapter.parameters(), lr=lr, weight_decay=0.0)
     gen = torch.Generator().manual_seed(seed)
-    t0, done = time.monotonic(), 0
-    while done < steps and time.monotonic() - t0 < 60 * minutes:
+
+    def step_loss():
         starts = torch.randint(0, len(stream) - seq + 1, (batch,), generator=gen).tolist()
         pairs = [pair(w) for w in _windows(stream, starts, seq)]
         logp = torch.cat([p for p, _ in pairs])
         logq = q_logprobs(torch.cat([h for _, h in pairs]))
-        loss = (logp.exp() * (logp - logq)).sum(-1).mean()
-        # Gradients for the adapter only: the frozen norm / LM head are on the path but get no .grad.
-        grads = torch.autograd.grad(loss, params)
-        for p, g in zip(params, grads):
-            p.grad = g
-        opt.step()
-        done += 1
-        if log is not None and (done % 10 == 0 or done == 1):
-            log(f"step {done}: KL {loss.item():.4f}")
+        return (logp.exp() * (logp - logq)).sum(-1).mean(), None
+
+    def on_step(st, loss, _):
+        if log is not None and (st["step"] % 10 == 0 or st["step"] == 1):
+            log(f"step {st['step']}: KL {loss.item():.4f}")
+
+    t0 = clock()
+    # A constant lr and no clipping: the recipe the exit adapters were tuned with.
+    st = run_training(step_loss, opt, steps=steps, minutes=minutes, tokens_per_step=batch * seq, clip=None,
+                      on_step=on_step)
     kl_after, acc_after = evaluate()
-    report = dict(layers=layers, rank=rank, steps=done, tokens=done * batch * seq,
-                  seconds=time.monotonic() - t0, kl_before=kl_before, kl_after=kl_after,
+    report = dict(layers=layers, rank=rank, steps=st["step"], tokens=st["tokens"],
+                  seconds=clock() - t0, kl_before=kl_before, kl_after=kl_after,
                   acceptance_before=acc_before, acceptance_after=acc_after, eval_windows=n_eval, seq=seq)
     return adapter.eval(), report

@@ -13,63 +13,32 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from speclib.research import data
 from speclib.core.device import REPO
+from speclib.research import data
+from speclib.research.heads import train_head
+from speclib.research.training import (
+    MATH_TRAIN_PROBLEMS,
+    PRESETS,
+    STATE,
+    VOCAB,
+    Checkpoint,
+    batch,
+    run_training,
+    streams,
+    token_stream,  # noqa: F401  (notebooks and datastore.py read train.token_stream)
+    workload_stream,
+)
 
 CHECKPOINTS = REPO / "data" / "checkpoints"
 TOKENIZER_DIR = CHECKPOINTS / "tokenizer"
-STATE = REPO / "build" / "train"
 EOS = "<|endoftext|>"
-VOCAB = 4096
-
-# Presets (Llama unless arch says otherwise). The target is sized so its 1-token forward is >= 8x
-# slower than the draft's; hybrid-target is the Qwen3.5 text architecture (Gated DeltaNet : gated
-# attention = 3 : 1) at about code-target's size, for notebook 03.
-PRESETS = {
-    "code-target": dict(hidden_size=512, num_hidden_layers=8, num_attention_heads=8,
-                        num_key_value_heads=8, intermediate_size=1408, lr=1.5e-3),
-    "code-draft": dict(hidden_size=192, num_hidden_layers=2, num_attention_heads=3,
-                       num_key_value_heads=3, intermediate_size=512, lr=3e-3),
-    "hybrid-target": dict(arch="qwen3_5", hidden_size=512, num_hidden_layers=8, num_attention_heads=8,
-                          num_key_value_heads=2, head_dim=64, linear_num_key_heads=4,
-                          linear_num_value_heads=8, linear_key_head_dim=64, linear_value_head_dim=64,
-                          linear_conv_kernel_dim=4, intermediate_size=1408, lr=1.5e-3),
-    # A second hybrid family for notebook 06: Falcon-H1 runs a Mamba2 mixer beside attention in every
-    # layer (outputs summed), sized and trained like hybrid-target (same data, same distillation).
-    "falcon-h1-tiny": dict(arch="falcon_h1", hidden_size=512, num_hidden_layers=8, num_attention_heads=8,
-                           num_key_value_heads=2, head_dim=64, mamba_d_ssm=512, mamba_n_heads=8,
-                           mamba_d_head=64, mamba_d_state=64, mamba_n_groups=1, mamba_chunk_size=64,
-                           intermediate_size=1024, lr=1.5e-3),
-    # The same with the released Falcon-H1 models' width ratio (0.5B: 24 Mamba heads, 8 attention heads):
-    # the SSM branch three times as wide as attention, the parameter count kept.
-    "falcon-h1-tiny-wide-ssm": dict(arch="falcon_h1", hidden_size=512, num_hidden_layers=8, num_attention_heads=4,
-                                    num_key_value_heads=2, head_dim=64, mamba_d_ssm=768, mamba_n_heads=12,
-                                    mamba_d_head=64, mamba_d_state=64, mamba_n_groups=1, mamba_chunk_size=64,
-                                    intermediate_size=1024, lr=1.5e-3),
-    # Fine-tuned from the code pair on the workloads of notebook 02 (train-split files only), half the
-    # batches from those workloads and half from plain stdlib source so the code skill is kept.
-    "agent-target": dict(init="code-target", mix=0.5, lr=5e-4),
-    "agent-draft": dict(init="code-draft", mix=0.5, lr=1e-3),
-    # Notebook 04's pair, trained on the arithmetic task only (`data.math_problems`): small enough
-    # that both still make mistakes, the draft's forward several times cheaper than the target's.
-    "math-target": dict(data="math", hidden_size=384, num_hidden_layers=6, num_attention_heads=6,
-                        num_key_value_heads=6, intermediate_size=1024, lr=2e-3),
-    "math-draft": dict(data="math", hidden_size=128, num_hidden_layers=2, num_attention_heads=4,
-                       num_key_value_heads=4, intermediate_size=384, lr=3e-3),
-}
-MATH_TRAIN_PROBLEMS = 200_000
-MATH_VALIDATION_PROBLEMS = 1000   # the math presets' held-out loss stream (a fixed prefix of the split)
-SAVE_EVERY_S = 300                # resumable state is written at least this often: a killed run loses little
-
 
 def train_tokenizer(out: Path = TOKENIZER_DIR) -> Path:
     """Byte-level BPE (VOCAB tokens) on the training split only; shared by every shipped model."""
@@ -92,28 +61,6 @@ def load_tokenizer(path: Path = TOKENIZER_DIR):
     return PreTrainedTokenizerFast.from_pretrained(path)
 
 
-def _cached_stream(name: str, texts, tokenizer) -> np.ndarray:
-    """Texts tokenized and joined by EOS, cached as build/tokens_<name>.npy (texts is only read on a miss);
-    another tokenizer than the project's gets a cache of its own."""
-    if len(tokenizer) != VOCAB:
-        name = f"{name}_{Path(tokenizer.name_or_path).name}_{len(tokenizer)}"
-    cache = REPO / "build" / f"tokens_{name}.npy"
-    if cache.exists():
-        return np.load(cache)
-    ids = []
-    for text in texts():
-        ids.extend(tokenizer(text)["input_ids"] + [tokenizer.eos_token_id])
-    arr = np.asarray(ids, dtype=np.int16 if len(tokenizer) < 2**15 else np.int32)
-    cache.parent.mkdir(parents=True, exist_ok=True)
-    np.save(cache, arr)
-    return arr
-
-
-def token_stream(split: str, tokenizer) -> np.ndarray:
-    """All stdlib files of a split, tokenized and joined by EOS; cached in build/."""
-    return _cached_stream(split, lambda: (data.read_text(p) for p in data.stdlib_split(split)), tokenizer)
-
-
 def make_model(name: str, tokenizer):
     import transformers
     if "init" in PRESETS[name]:          # fine-tuning: start from a shipped checkpoint's weights
@@ -131,32 +78,6 @@ def make_model(name: str, tokenizer):
         return transformers.FalconH1ForCausalLM(cfg)
     cfg = transformers.LlamaConfig(rope_theta=10000.0, **common)
     return transformers.LlamaForCausalLM(cfg)
-
-
-def workload_stream(split: str, tokenizer) -> np.ndarray:
-    """Notebook 02's workload examples (prompt + reference) of a split, EOS-joined; cached in build/."""
-    from speclib.research import workloads
-    return _cached_stream(f"workloads_{split}", lambda: (ex["prompt"] + ex["reference"] for w in workloads.WORKLOADS
-                                                         for ex in workloads.examples(w, split)), tokenizer)
-
-
-def math_stream(split: str, tokenizer) -> np.ndarray:
-    """Arithmetic problems (question + worked solution) of a split, EOS-joined; cached in build/."""
-    n = MATH_TRAIN_PROBLEMS if split == "train" else MATH_VALIDATION_PROBLEMS
-    return _cached_stream(f"math_{split}_{n}", lambda: (p["question"] + p["solution"]
-                                                        for p in data.math_problems(split, n)), tokenizer)
-
-
-def streams(name: str, tokenizer) -> tuple[np.ndarray, np.ndarray]:
-    """(train, held-out) token streams of a preset."""
-    if PRESETS[name].get("data") == "math":
-        return math_stream("train", tokenizer), math_stream("validation", tokenizer)
-    return token_stream("train", tokenizer), token_stream("heldout", tokenizer)
-
-
-def batch(stream: np.ndarray, bsz: int, seq: int, gen: torch.Generator) -> torch.Tensor:
-    starts = torch.randint(0, len(stream) - seq - 1, (bsz,), generator=gen)
-    return torch.stack([torch.from_numpy(stream[s:s + seq + 1].astype(np.int64)) for s in starts.tolist()])
 
 
 @torch.no_grad()
@@ -179,13 +100,6 @@ def bf16_native() -> bool:
     return torch.cuda.is_available() or torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
 
 
-def lr_at(step: int, total: int, peak: float, warmup: int = 100) -> float:
-    if step < warmup:
-        return peak * (step + 1) / warmup
-    frac = min(1.0, (step - warmup) / max(1, total - warmup))
-    return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
-
-
 def train_model(name: str, steps: int, minutes: float, bsz: int = 8, seq: int = 256,
                 distill_from: str | None = None, distill_weight: float = 0.9, seed: int = 0,
                 eval_every: int = 200) -> Path:
@@ -200,12 +114,10 @@ def train_model(name: str, steps: int, minutes: float, bsz: int = 8, seq: int = 
     gen = torch.Generator().manual_seed(seed)
     state_dir = STATE / name
     state_dir.mkdir(parents=True, exist_ok=True)
-    state_path, log_path = state_dir / "state.pt", state_dir / "log.jsonl"
-    st = {"step": 0, "tokens": 0, "seconds": 0.0}
-    if state_path.exists():
-        ck = torch.load(state_path, weights_only=False)
-        model.load_state_dict(ck["model"]); opt.load_state_dict(ck["opt"])
-        gen.set_state(ck["gen"]); st = ck["st"]
+    log_path = state_dir / "log.jsonl"
+    checkpoint = Checkpoint(state_dir / "state.pt", {"model": model, "opt": opt, "gen": gen})
+    st = checkpoint.restore()
+    if st is not None:
         print(f"resumed {name} at step {st['step']}", flush=True)
     teacher = None
     if distill_from:
@@ -213,17 +125,7 @@ def train_model(name: str, steps: int, minutes: float, bsz: int = 8, seq: int = 
         teacher = AutoModelForCausalLM.from_pretrained(CHECKPOINTS / distill_from, dtype=torch.bfloat16).eval()
     model.train()
 
-    def save():
-        torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "gen": gen.get_state(),
-                    "st": st}, state_path.with_suffix(".tmp"))
-        state_path.with_suffix(".tmp").replace(state_path)
-
-    t_end = time.time() + 60 * minutes
-    last_save = time.time()
-    while st["step"] < steps and time.time() < t_end:
-        t0 = time.time()
-        for g in opt.param_groups:
-            g["lr"] = lr_at(st["step"], steps, peak)
+    def step_loss():
         n_mix = int(round(mix * bsz))
         x = batch(train, bsz - n_mix, seq, gen)
         if n_mix:
@@ -236,11 +138,9 @@ def train_model(name: str, steps: int, minutes: float, bsz: int = 8, seq: int = 
                 t_logp = F.log_softmax(teacher(input_ids=x[:, :-1]).logits.float(), -1)
             kl = F.kl_div(F.log_softmax(logits, -1), t_logp, log_target=True, reduction="batchmean") / seq
             loss = (1 - distill_weight) * ce + distill_weight * kl
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        st["step"] += 1; st["tokens"] += bsz * seq; st["seconds"] += time.time() - t0
+        return loss, ce
+
+    def on_step(st, loss, ce):
         rec = {"step": st["step"], "tokens": st["tokens"], "seconds": round(st["seconds"], 1),
                "train_loss": round(ce.item(), 4)}
         if st["step"] % eval_every == 0 or st["step"] == steps:
@@ -249,9 +149,9 @@ def train_model(name: str, steps: int, minutes: float, bsz: int = 8, seq: int = 
             with open(log_path, "a") as f:
                 f.write(json.dumps(rec) + "\n")
             print(rec, flush=True)
-        if time.time() - last_save > SAVE_EVERY_S:
-            save(); last_save = time.time()
-    save()
+
+    run_training(step_loss, opt, st, steps=steps, minutes=minutes, tokens_per_step=bsz * seq, lr=peak,
+                 on_step=on_step, checkpoint=checkpoint)
     return export(name, model, tok, held, distill_from)
 
 
@@ -301,7 +201,7 @@ def export(name: str, model, tok, held: np.ndarray, distill_from: str | None) ->
 hidden {model.config.hidden_size}, vocabulary {model.config.vocab_size} (the shared byte-level BPE in `data/checkpoints/tokenizer`).
 Weights stored in bf16.
 
-- Command: `python -m speclib train {' '.join(sys.argv[1:]) or 'model ' + name}` (resumable; preset `{name}` in `speclib/research/train.py`).
+- Command: `python -m speclib train {' '.join(sys.argv[1:]) or 'model ' + name}` (resumable; preset `{name}` in `speclib/research/training.py`).
 - Data: {data_line}; {'distilled from `' + distill_from + '` (KL to its softmax, mixed with next-token loss)' if distill_from else 'next-token loss'}.{init_note}
 - Tokens seen: {last['tokens'] / 1e6:.2f}M in {last['step']} steps; training wall time {last['seconds'] / 60:.1f} min on 2 CPU cores (bf16 autocast).
 - Held-out loss (fp32, 64 windows of 256 tokens): **{final:.3f}** nats/token{f"; on the held-out workload examples of notebook 02: **{final_w:.3f}**" if mixed else ""}.
@@ -368,7 +268,6 @@ def main(argv=None):
     if a.cmd == "tokenizer":
         print(train_tokenizer())
     elif a.cmd == "head":
-        from speclib.research.heads import train_head
         if a.threads:
             torch.set_num_threads(a.threads)
         print(train_head(a.name, a.out, a.minutes, a.steps, a.batch, a.seq, a.unroll, a.lr,
