@@ -50,7 +50,7 @@ def noisy_copy(seed=0, scale=0.3, impl="hf", **kw) -> HFLM:
 
 def accepted(gen) -> int:
     """Draft tokens accepted over a generate() run (its per-step stats)."""
-    return sum(s["accepted"] for s in gen.stats["steps"])
+    return sum(s["accepted"] for s in gen.stats.steps)
 
 
 def spread_hybrid(m):

@@ -95,8 +95,8 @@ def test_permutation_chi_square_ar_vs_linear_subgraph_sd(model):
                          eos_token_id=None) for s in range(24)]
     ar = [g.tokens for g in runs(target, None, 0)]
     sd = runs(target, lambda: ModelDrafter(BranchSkipLM(target), 2), 10**6)
-    accepted = sum(s["accepted"] for g in sd for s in g.stats["steps"])
-    drafted = sum(s["drafted"] for g in sd for s in g.stats["steps"])
+    accepted = sum(s["accepted"] for g in sd for s in g.stats.steps)
+    drafted = sum(s["drafted"] for g in sd for s in g.stats.steps)
     assert 0 < accepted < drafted                                 # both acceptances and rejections
     assert run_permutation_test(ar, [g.tokens for g in sd], n_perm=999, seed=0).p_permutation > 1e-3
     own = [g.tokens for g in runs(BranchSkipLM(target), None, 2 * 10**6)]

@@ -151,8 +151,8 @@ def test_greedy_identity_with_cache_drafts(make):
         d = make()
         sd = generate(target, prompt, 30, drafter=d, sampling=GREEDY)
         assert sd.tokens == ar.tokens
-        assert sum(s["drafted"] for s in sd.stats["steps"]) > 0
-        total += sum(s["accepted"] for s in sd.stats["steps"])
+        assert sum(s["drafted"] for s in sd.stats.steps) > 0
+        total += sum(s["accepted"] for s in sd.stats.steps)
     assert total >= 10            # measured over the three prompts: prompt lookup 52, suffix 39 accepted
 
 
@@ -191,8 +191,8 @@ def test_greedy_identity_every_policy(policy, two_caches):
         d = _hybrid(policy, target, draft, reference=ar, two_caches=two_caches)
         sd = generate(target, prompt, 30, drafter=d, sampling=GREEDY)
         assert sd.tokens == ar
-        assert len(d.log) == len(sd.stats["steps"])
-        assert [s["accepted"] for s in d.log] == [s["accepted"] for s in sd.stats["steps"]]
+        assert len(d.log) == len(sd.stats.steps)
+        assert [s["accepted"] for s in d.log] == [s["accepted"] for s in sd.stats.steps]
         sources = {s["source"] for s in d.log}
         assert sources <= {"cache", "model"}
         if policy in ("model", "cache"):
@@ -240,7 +240,7 @@ def test_oracle_accepts_at_least_as_much_as_each_candidate():
     per_call = {}
     for policy in ("model", "cache", "oracle"):
         g = generate(target, REPEATY, 40, drafter=_hybrid(policy, target, draft, ar), sampling=GREEDY)
-        per_call[policy] = g.stats["tokens_per_call"]
+        per_call[policy] = g.stats.tokens_per_call
     assert per_call["oracle"] >= max(per_call["model"], per_call["cache"]) - 0.2
 
 
@@ -417,7 +417,7 @@ def test_every_source_greedy_identity_and_verify_passes_reach_token_recycling(po
         d = _every_source(policy, target, draft, reference=ar)
         sd = generate(target, prompt, 30, drafter=d, sampling=GREEDY)
         assert sd.tokens == ar
-        steps = sd.stats["steps"]
+        steps = sd.stats.steps
         # Token Recycling counts one outcome per accepted token plus the next, on every pass whoever drafted
         assert d.caches[2].rank_counts.sum() == sum(s["accepted"] + 1 for s in steps)
         assert all(s["drafted"] <= d.max_nodes for s in steps)

@@ -26,7 +26,7 @@ def test_arbiter_that_always_picks_the_target_is_lossless(pair, temperature):
         a = generate(target, prompt, drafter=ModelDrafter(draft, 3), **kw)
         b = generate(target, prompt, drafter=ModelDrafter(draft, 3), acceptor=Arbiter(), **kw)
         assert a.tokens == b.tokens
-        assert [s["accepted"] for s in a.stats["steps"]] == [s["accepted"] for s in b.stats["steps"]]
+        assert [s["accepted"] for s in a.stats.steps] == [s["accepted"] for s in b.stats.steps]
 
 
 def _keeps_sometimes(x):
@@ -48,7 +48,7 @@ def test_batched_arbitration_equals_the_sd_loop(pair, k):
         assert g.tokens == row["tokens"]
         assert [kept for _, kept in arb.log] == row["kept"].tolist()
         torch.testing.assert_close(torch.stack([x for x, _ in arb.log]), row["feats"], atol=1e-4, rtol=1e-4)
-        assert g.stats["target_calls"] == row["target_calls"]
+        assert g.stats.target_calls == row["target_calls"]
         kept_total += int(row["kept"].sum())
     assert 0 < kept_total < sum(len(r["kept"]) for r in rows)     # the test exercised both decisions
 

@@ -154,7 +154,7 @@ def test_greedy_sd_equals_ar(llama, hybrid, kind, tree):
         ar = generate(target, p, 30, sampling=GREEDY).tokens
         sd = generate(target, p, 30, drafter=d, sampling=GREEDY)
         assert sd.tokens == ar
-        accepted += sum(s["accepted"] for s in sd.stats["steps"])
+        accepted += sum(s["accepted"] for s in sd.stats.steps)
     assert accepted > 0                                        # accepted paths and partial commits exercised
 
 
@@ -233,7 +233,7 @@ def test_truncated_vocab_stays_lossless(llama, tree):
     for p, ar in zip(PROMPTS, ar_runs):
         sd = generate(target, p, 30, drafter=d, sampling=GREEDY)
         assert sd.tokens == ar
-        accepted += sum(s["accepted"] for s in sd.stats["steps"])
+        accepted += sum(s["accepted"] for s in sd.stats.steps)
     assert accepted > 0
     ar_t = [generate(target, [3, 1, 4], 5, sampling=T1, seed=s).tokens[4] for s in range(800)]
     sd_t = [generate(target, [3, 1, 4], 5, drafter=d, sampling=T1, seed=10**6 + s).tokens[4] for s in range(800)]

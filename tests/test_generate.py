@@ -1,3 +1,6 @@
+import dataclasses
+import math
+
 import pytest
 import torch
 
@@ -34,7 +37,7 @@ def test_stops_exactly_at_max_new_tokens(n):
         out = generate(target, [1, 2], n, drafter=ModelDrafter(same, k), sampling=Sampling(1.0), seed=3)
         assert len(out.tokens) == n
         if n > 1:                 # n == 1: the prefill's token alone, no verify pass
-            assert out.stats["acceptance_rate"] == 1.0
+            assert out.stats.acceptance_rate == 1.0
 
 
 def test_stops_at_eos_inside_an_accepted_block():
@@ -86,6 +89,31 @@ def test_bad_inputs(pair):
         generate(target, [1], 5, sampling=0.0)
     with pytest.raises(ValueError, match="shipped"):
         speclib.load("no-such-model")
+
+
+def test_acceptor_is_checked_before_any_state_changes(pair):
+    target, draft = pair
+    target.reset([7, 8, 9])
+    d = ModelDrafter(draft, 2)
+    with pytest.raises(TypeError, match="acceptor must implement speclib.core.protocols.Acceptor, got str"):
+        generate(target, [1], 5, drafter=d, acceptor="lossless")
+    assert target.n_committed == 3 and not hasattr(d, "fed")       # neither target nor drafter was reset
+
+
+def test_stats_count_accepted_positions():
+    target = tiny_lm()
+    for d, k in ((None, 0), (ModelDrafter(noisy_copy(seed=0), 4), 4), (ModelDrafter(tiny_lm(), 3), 3)):
+        st = generate(target, list(range(20)), 30, drafter=d, sampling=GREEDY).stats
+        acc = [s["accepted"] for s in st.steps]
+        assert st.accepted_at == [sum(a > j for a in acc) for j in range(k)]
+        assert st.target_calls == len(st.steps) and st.batch_seconds is None
+        if d is None:                       # no drafts: no mean acceptance length (as no acceptance rate)
+            assert math.isnan(st.mean_accepted_length) and math.isnan(st.acceptance_rate)
+        else:                               # vLLM's: tokens per verify step, the bonus / correction included
+            assert st.mean_accepted_length == pytest.approx(1 + sum(acc) / len(acc))
+            assert st.accepted_at == sorted(st.accepted_at, reverse=True) and st.accepted_at[0] > 0
+    assert set(dataclasses.asdict(st)) >= {"steps", "new_tokens", "target_calls", "acceptance_rate",
+                                           "tokens_per_call", "seconds", "tokens_per_s"}
 
 
 @needs_shipped

@@ -45,9 +45,9 @@ def test_greedy_sd_equals_ar(target, draft, strategy, drafter):
         d = ModelDrafter(target.view(), 4) if drafter == "self" else drafter(draft)
         sd = generate(lm, p, 24, drafter=d, sampling=GREEDY)
         assert sd.tokens == ar
-        accepted += sum(s["accepted"] for s in sd.stats["steps"])
+        accepted += sum(s["accepted"] for s in sd.stats.steps)
         if drafter == "self":
-            assert sd.stats["acceptance_rate"] == 1.0
+            assert sd.stats.acceptance_rate == 1.0
     assert accepted > 0                                        # commits of non-empty paths were exercised
 
 
@@ -83,7 +83,7 @@ def test_generate_batch_equals_generate(target, sampling):
         solo = generate(target.view(), p, 16, drafter=TreeDrafter(tiny_lm(16, 1, seed=1), branching=(2, 2)),
                         sampling=sampling, seed=5 + r)
         assert g.tokens == solo.tokens
-        assert [s["accepted"] for s in g.stats["steps"]] == [s["accepted"] for s in solo.stats["steps"]]
+        assert [s["accepted"] for s in g.stats.steps] == [s["accepted"] for s in solo.stats.steps]
     ar = generate_batch([target.view() for _ in PROMPTS], PROMPTS, 10, sampling=GREEDY)
     assert [g.tokens for g in ar] == [generate(target, p, 10, sampling=GREEDY).tokens for p in PROMPTS]
     with pytest.raises(ValueError, match="one target view"):

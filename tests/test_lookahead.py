@@ -83,8 +83,8 @@ def test_greedy_identity(window, ngram, guesses, shared):
         ar = generate(target, prompt, 40, sampling=GREEDY)
         sd = generate(target, prompt, 40, drafter=d, sampling=GREEDY)
         assert sd.tokens == ar.tokens
-        assert all(s["drafted"] <= d.max_nodes for s in sd.stats["steps"])
-        accepted += sum(s["accepted"] for s in sd.stats["steps"])
+        assert all(s["drafted"] <= d.max_nodes for s in sd.stats.steps)
+        accepted += sum(s["accepted"] for s in sd.stats.steps)
     if guesses:
         assert accepted >= 10            # the tiny target cycles: its n-grams recur
 
@@ -98,7 +98,7 @@ def test_chi_square_at_temperature_one():
     ar = [generate(target, prompt, 5, sampling=t1, seed=s).tokens[4] for s in range(800)]
     d = Lookahead(3, 3, 4, shared=True)
     runs = [generate(target, prompt, 5, sampling=t1, seed=10**6 + s, drafter=d) for s in range(800)]
-    assert sum(s["accepted"] for r in runs for s in r.stats["steps"]) > 200
+    assert sum(s["accepted"] for r in runs for s in r.stats.steps) > 200
     assert chi2_two_sample(ar, [r.tokens[4] for r in runs]).p > 1e-3
 
 

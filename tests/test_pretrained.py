@@ -63,7 +63,7 @@ def test_speculative_output_on_smollm2_equals_ar_on_spec_bench_turns(smol):
     ar = speclib.generate(smol, ids, 48, sampling=speclib.Sampling(0.0))
     sd = speclib.generate(smol, ids, 48, drafter=speclib.PromptLookupDrafter(k=6), sampling=speclib.Sampling(0.0))
     assert sd.tokens == ar.tokens
-    assert sum(s["accepted"] for s in sd.stats["steps"]) >= 5          # a summary copies from its article
+    assert sum(s["accepted"] for s in sd.stats.steps) >= 5          # a summary copies from its article
 
 
 @needs_smol

@@ -110,7 +110,7 @@ def test_greedy_identity(rank_accept, nodes, shared):
         ar = generate(target, prompt, 40, sampling=GREEDY)
         sd = generate(target, prompt, 40, drafter=d, sampling=GREEDY)
         assert sd.tokens == ar.tokens
-        accepted += sum(s["accepted"] for s in sd.stats["steps"])
+        accepted += sum(s["accepted"] for s in sd.stats.steps)
     assert accepted >= 10              # the tiny target cycles: its own candidates predict it well
     assert d.rank_counts.sum() > 0
 
@@ -122,7 +122,7 @@ def test_shared_matrix_carries_over_and_unshared_does_not():
         generate(target, PROMPTS[0], 20, drafter=d, sampling=GREEDY)
     first_steps = {}
     for name, d in (("shared", shared), ("cold", cold)):
-        first_steps[name] = generate(target, PROMPTS[0], 20, drafter=d, sampling=GREEDY).stats["steps"][0]["drafted"]
+        first_steps[name] = generate(target, PROMPTS[0], 20, drafter=d, sampling=GREEDY).stats.steps[0]["drafted"]
     assert first_steps["shared"] > 0 and first_steps["cold"] == 0
 
 
@@ -140,7 +140,7 @@ def test_the_loop_hands_over_each_verify_pass():
     d.seen = []
     assert isinstance(d, VerifyObserver)
     out = generate(target, PROMPTS[0], 30, drafter=d, sampling=GREEDY)
-    assert len(d.seen) == len(out.stats["steps"])
+    assert len(d.seen) == len(out.stats.steps)
     for tokens, logits, path, nxt in d.seen:
         chain = [0] + [i + 1 for i in path]
         assert [tokens[i] for i in chain[1:]] + [nxt] == [int(logits[i].argmax()) for i in chain]
@@ -155,7 +155,7 @@ def test_chi_square_at_temperature_one():
     ar = [generate(target, prompt, 5, sampling=t1, seed=s).tokens[4] for s in range(800)]
     d = TokenRecycling(top_k=3, nodes=8, rank_accept=(0.5, 0.3, 0.2))
     runs = [generate(target, prompt, 5, sampling=t1, seed=10**6 + s, drafter=d) for s in range(800)]
-    assert sum(s["accepted"] for r in runs for s in r.stats["steps"]) > 200
+    assert sum(s["accepted"] for r in runs for s in r.stats.steps) > 200
     assert chi2_two_sample(ar, [r.tokens[4] for r in runs]).p > 1e-3
 
 

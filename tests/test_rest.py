@@ -67,7 +67,7 @@ def test_greedy_identity_and_acceptance_from_the_targets_own_text():
             ar = generate(target, prompt, 40, sampling=GREEDY)
             sd = generate(target, prompt, 40, drafter=RestDrafter(store, 6, 1, 5, nodes), sampling=GREEDY)
             assert sd.tokens == ar.tokens
-            accepted += sum(s["accepted"] for s in sd.stats["steps"])
+            accepted += sum(s["accepted"] for s in sd.stats.steps)
     assert accepted >= 20
 
 
@@ -80,7 +80,7 @@ def test_chi_square_at_temperature_one():
     ar = [generate(target, prompt, 5, sampling=t1, seed=s).tokens[4] for s in range(800)]
     runs = [generate(target, prompt, 5, sampling=t1, seed=10**6 + s, drafter=RestDrafter(store, 6, 1, 4, 6))
             for s in range(800)]
-    assert sum(s["accepted"] for r in runs for s in r.stats["steps"]) > 200
+    assert sum(s["accepted"] for r in runs for s in r.stats.steps) > 200
     assert chi2_two_sample(ar, [r.tokens[4] for r in runs]).p > 1e-3
 
 

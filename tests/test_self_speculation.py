@@ -185,7 +185,7 @@ def test_greedy_sd_equals_ar(target, name):
         sd = generate(target, p, 16, drafter=LayerSkipDrafter(target, layers, k=3, exit=exit), sampling=GREEDY)
         assert sd.tokens == ar
         if name == "all":                         # the full model drafting for itself: every block accepted
-            assert sd.stats["acceptance_rate"] == 1.0
+            assert sd.stats.acceptance_rate == 1.0
     d = LayerSkipDrafter(target, layers, k=2, exit=exit)
     assert d.lm.model is target.model and d.lm.layers == layers and d.lm.exit is exit
 
@@ -208,8 +208,8 @@ def test_permutation_chi_square_ar_vs_subset_sd(model):
                 for s in range(24)]
     ar = [g.tokens for g in runs(target, None, 0)]
     sd = runs(target, lambda: LayerSkipDrafter(target, layers, k=2), 10**6)
-    accepted = sum(s["accepted"] for g in sd for s in g.stats["steps"])
-    drafted = sum(s["drafted"] for g in sd for s in g.stats["steps"])
+    accepted = sum(s["accepted"] for g in sd for s in g.stats.steps)
+    drafted = sum(s["drafted"] for g in sd for s in g.stats.steps)
     assert 0 < accepted < drafted                                 # both acceptances and rejections
     assert run_permutation_test(ar, [g.tokens for g in sd], n_perm=999, seed=0).p_permutation > 1e-3
     own = [g.tokens for g in runs(target.view(layers=layers), None, 2 * 10**6)]

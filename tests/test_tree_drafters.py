@@ -140,7 +140,7 @@ def test_greedy_tree_sd_equals_ar(pair, kind):
             ar = generate(target, prompt, 30, sampling=GREEDY)
             sd = generate(target, prompt, 30, drafter=TreeDrafter(d, **kind), sampling=GREEDY)
             assert sd.tokens == ar.tokens
-            total += sum(s["accepted"] for s in sd.stats["steps"])
+            total += sum(s["accepted"] for s in sd.stats.steps)
         assert d is draft or total >= 15
 
 
@@ -153,7 +153,7 @@ def test_greedy_acceptance_is_maximal_with_the_target_as_draft():
         d = Recording(tiny_lm(), **kind)
         out = generate(target, [1, 2], 40, drafter=d, sampling=GREEDY)
         assert out.tokens == generate(target, [1, 2], 40, sampling=GREEDY).tokens
-        accepted = [s["accepted"] for s in out.stats["steps"]]
+        accepted = [s["accepted"] for s in out.stats.steps]
         first_child_chain = []
         for tree in d.trees:
             n, row = 0, 0
@@ -216,7 +216,7 @@ def test_tree_yields_more_tokens_per_call_than_chain():
         toks = calls = 0
         for i in range(24):
             out = generate(target, [3 + i, 1, 4], 40, drafter=make(), sampling=T1, seed=i)
-            toks, calls = toks + len(out.tokens), calls + out.stats["target_calls"] + 1
+            toks, calls = toks + len(out.tokens), calls + out.stats.target_calls + 1
         return toks / calls
 
     chain = tokens_per_call(lambda: ModelDrafter(draft, 4))

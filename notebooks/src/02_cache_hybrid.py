@@ -207,7 +207,7 @@ def cache_logs(split):
             d = HybridDrafter(caches(first), ModelDrafter(draft, K), "cache")
             for pi, ids in enumerate(prompts[w][split]):
                 g = generate(target, ids, MAX_NEW_TOKENS, drafter=d, sampling=GREEDY)
-                steps += g.stats["steps"]
+                steps += g.stats.steps
                 outputs.setdefault((w, pi), g.tokens)
                 rows += [dict(workload=w, prompt=pi, **s) for s in d.log if s["drafted"] > 0]
     return pd.DataFrame(rows), steps, outputs
@@ -218,7 +218,7 @@ def fit_logs_and_steps():
     fit_steps = []
     for w in WORKLOADS:
         for ids in prompts[w]["fit"]:
-            fit_steps += generate(target, ids, MAX_NEW_TOKENS, drafter=ModelDrafter(draft, K), sampling=GREEDY).stats["steps"]
+            fit_steps += generate(target, ids, MAX_NEW_TOKENS, drafter=ModelDrafter(draft, K), sampling=GREEDY).stats.steps
     steps = pd.DataFrame(fit_cache_steps + fit_steps).assign(drafter=["cache"] * len(fit_cache_steps) + ["model"] * len(fit_steps))
     return {"fit_logs": fit_logs.assign(**meta), "fit_steps": steps.assign(**meta)}
 
@@ -748,7 +748,7 @@ def head_fit():
     steps = []
     for w in agentic:
         for ids in prompts[w]["fit"]:
-            steps += generate(target_f, ids, MAX_NEW_TOKENS, drafter=head_drafter(), sampling=GREEDY).stats["steps"]
+            steps += generate(target_f, ids, MAX_NEW_TOKENS, drafter=head_drafter(), sampling=GREEDY).stats.steps
     return pd.DataFrame(steps).assign(**meta)
 
 
@@ -988,7 +988,7 @@ def every_source_runs():
         return float(np.interp(n, ns, lat[:-1]))
 
     def tokens_per_call(gens):
-        return sum(g.stats["new_tokens"] for g in gens) / sum(g.stats["target_calls"] + 1 for g in gens)
+        return sum(g.stats.new_tokens for g in gens) / sum(g.stats.target_calls + 1 for g in gens)
 
     lookahead, recycling, fit_rows = {}, {}, []
     for w in agentic:
@@ -996,7 +996,7 @@ def every_source_runs():
         rows = []
         for W, N, G in LOOKAHEAD_GRID:
             gens = [generate(target, ids, MAX_NEW_TOKENS, drafter=Lookahead(W, N, G), sampling=GREEDY) for ids in fit]
-            nodes = float(np.mean([s["drafted"] for g in gens for s in g.stats["steps"]]))
+            nodes = float(np.mean([s["drafted"] for g in gens for s in g.stats.steps]))
             rows.append(dict(workload=w, window=W, ngram=N, guesses=G, tokens_per_call=tokens_per_call(gens),
                              mean_nodes=nodes, predicted_speedup=tokens_per_call(gens) * t_of(1) / t_of(nodes + 1)))
         best = max(rows, key=lambda r: r["predicted_speedup"])

@@ -182,9 +182,9 @@ def peer_check():
                                    pad_token_id=target.eos_token_id)[0, len(ids):].tolist()
         hf_s = clock(target.device) - t0
     peer = pd.DataFrame([dict(method="transformers generate (greedy)", tokens_per_s=len(hf) / hf_s, identical_to_speclib_ar=hf == ar.tokens),
-                         dict(method="speclib AR (HybridLM)", tokens_per_s=ar.stats["tokens_per_s"], identical_to_speclib_ar=True),
-                         dict(method="speclib tree SD", tokens_per_s=sd.stats["tokens_per_s"], identical_to_speclib_ar=sd.tokens == ar.tokens)])
-    return peer.assign(refusal=refusal, sd_tokens_per_call=sd.stats["tokens_per_call"], sd_text=sd.text[:200], **meta)
+                         dict(method="speclib AR (HybridLM)", tokens_per_s=ar.stats.tokens_per_s, identical_to_speclib_ar=True),
+                         dict(method="speclib tree SD", tokens_per_s=sd.stats.tokens_per_s, identical_to_speclib_ar=sd.tokens == ar.tokens)])
+    return peer.assign(refusal=refusal, sd_tokens_per_call=sd.stats.tokens_per_call, sd_text=sd.text[:200], **meta)
 
 
 peer = study.step("peer", peer_check, uses=["TARGET", "DRAFT", "TREE_DEPTH", "N_PROMPTS", "THREADS"])
@@ -698,7 +698,7 @@ def batched_runs():
             toks = [g.tokens for g in out]
             ar_tokens = toks if name == "AR" else ar_tokens
             batch_rows.append(dict(group=gi, method=name, seconds=secs, new_tokens=sum(map(len, toks)),
-                                   tokens_per_call=np.mean([g.stats["tokens_per_call"] for g in out]),
+                                   tokens_per_call=np.mean([g.stats.tokens_per_call for g in out]),
                                    identical=sum(a == b for a, b in zip(toks, ar_tokens)), of=len(ps)))
     batched = pd.DataFrame(batch_rows)
     return batched.assign(**meta)

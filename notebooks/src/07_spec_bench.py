@@ -480,12 +480,12 @@ def every_source_runs():
         return float(np.interp(n, passes.index, passes))
 
     def tokens_per_call(gens):
-        return sum(g.stats["new_tokens"] for g in gens) / sum(g.stats["target_calls"] + 1 for g in gens)
+        return sum(g.stats.new_tokens for g in gens) / sum(g.stats.target_calls + 1 for g in gens)
 
     rows = []
     for W, N, G in LOOKAHEAD_GRID:
         gens = [generate(target, ids, MAX_NEW_TOKENS, drafter=Lookahead(W, N, G), sampling=GREEDY) for ids, *_ in pilot_turns]
-        nodes = float(np.mean([s["drafted"] for g in gens for s in g.stats["steps"]]))
+        nodes = float(np.mean([s["drafted"] for g in gens for s in g.stats.steps]))
         rows.append(dict(window=W, ngram=N, guesses=G, tokens_per_call=tokens_per_call(gens), mean_nodes=nodes,
                          predicted_speedup=tokens_per_call(gens) * t_of(1) / t_of(nodes + 1)))
     la = pd.DataFrame(rows)
@@ -782,7 +782,7 @@ def runtime_runs():
     for k in RUNTIME_KS:                          # untimed: which drafts prompt lookup makes on the pilot turns
         for i, (ids, *_) in enumerate(pilot_turns):
             g = generate(target, ids, MAX_NEW_TOKENS, drafter=PromptLookupDrafter(ngram, k), sampling=GREEDY)
-            drafts.append(dict(k=k, prompt=i, drafted=[s["drafted"] for s in g.stats["steps"]], tokens=len(g.tokens)))
+            drafts.append(dict(k=k, prompt=i, drafted=[s["drafted"] for s in g.stats.steps], tokens=len(g.tokens)))
     drafts = pd.DataFrame(drafts)
     def pilot_prediction(b, k):
         d = drafts[drafts.k == k]
@@ -797,7 +797,7 @@ def runtime_runs():
         def run(drafter_of, name):
             def go(ids, i):
                 g = generate(lm, ids, MAX_NEW_TOKENS, drafter=drafter_of(), sampling=GREEDY)
-                steps[(i, name)] = [s["drafted"] for s in g.stats["steps"]]
+                steps[(i, name)] = [s["drafted"] for s in g.stats.steps]
                 return g
             return go
         r = bench.paired_runs([t[0] for t in sub_turns], {"AR": run(lambda: None, "AR"),

@@ -122,9 +122,9 @@ def policies_from_table(table) -> dict[str, Policy]:
 class Arbiter:
     """Lossless where draft and target agree; at a mismatch the policy keeps the draft's token or the target's.
 
-    Needs raw logits (the SD loop passes the target's; `ModelDrafter` stores the draft's on the tree)
-    and chains (a tree's siblings have no single "draft token" to arbitrate). Counts decisions in
-    `self.log` (one row per mismatch: features, kept)."""
+    Needs raw logits (the `logits` keyword of `speclib.core.protocols.Acceptor`, which the SD loop passes;
+    `ModelDrafter` stores the draft's on the tree) and chains (a tree's siblings have no single "draft
+    token" to arbitrate). Counts decisions in `self.log` (one row per mismatch: features, kept)."""
     uses_logits = True
 
     def __init__(self, policy=always_target):

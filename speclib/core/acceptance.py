@@ -1,11 +1,7 @@
 """Acceptance rules. p = target, q = draft, everywhere (both already processed by `sampling.probs`).
 
-Every rule is called as `rule(tree, p, greedy, gen) -> (path, next_token)`:
-  tree   the draft (tokens, parents, q = distribution each node was drawn from, or None for a cache
-         draft, which is a point mass on its token)
-  p      [N + 1, V] target distributions: row 0 after the root token (the last sampled token,
-         parent -1 of the tree; scores the root's children), row 1 + i after node i
-  path   accepted node indices, root to leaf; next_token is the correction or bonus token.
+Every rule is an `Acceptor`, called as stated in `speclib.core.protocols.Acceptor`; a cache draft
+(Tree.q None) is a point mass on each token.
 """
 from __future__ import annotations
 
@@ -36,9 +32,10 @@ class Lossless:
     is accepted the next token is drawn from what is left of p. When all drafted tokens on a path are
     accepted, the bonus token comes from p after the last one. The output is distributed exactly as p.
     Greedy (temperature 0: p and q one-hot) is the same rule: accept while argmax p equals the token.
+    The protocol's `logits` keyword is unused: p and q decide.
     """
 
-    def __call__(self, tree: Tree, p: torch.Tensor, greedy: bool, gen: torch.Generator):
+    def __call__(self, tree: Tree, p: torch.Tensor, greedy: bool, gen: torch.Generator, logits=None):
         if greedy:
             return self._greedy(tree, p)
         path, row, dist = [], 0, p[0]

@@ -1,37 +1,67 @@
 """The decoding loop shared by every notebook: draft, verify, accept, commit.
 
-p = target distribution, q = draft distribution, everywhere. Each iteration:
-  1. the drafter proposes a Tree (tokens, parents, q) from the context;
-  2. the target extends the root token (the last sampled token, not yet in its cache) plus the tree
-     in one pass: p[0] scores the root's children, p[1 + i] scores node i's children;
-  3. the acceptor returns the accepted path and the next token (correction or bonus);
-  4. target and drafter commit the root plus the accepted path; the next token becomes the root.
-With no drafter this is plain autoregressive decoding (one target pass per token).
-The protocols the loop relies on, and its optional capabilities, are in `speclib.core.protocols`; every
+Each iteration the drafter proposes a Tree, the target verifies the root token (the last sampled
+token, not yet in its cache) plus the tree in one pass, the acceptor picks the accepted path and the
+next token, and target and drafter commit; the next token becomes the root. With no drafter this is
+plain autoregressive decoding (one target pass per token). What each call means (the `LM`, `Drafter`
+and `Acceptor` protocols, the optional capabilities) is stated once, in `speclib.core.protocols`; every
 per-step time is read with `speclib.core.device.clock`, which synchronises the device first.
 """
 from __future__ import annotations
 
 import operator
 from dataclasses import dataclass, field
+from typing import TypedDict
 
 import torch
 
 from speclib.core.acceptance import Lossless
 from speclib.core.device import clock
-from speclib.core.protocols import LM, BatchedLM, Drafter, LogitsAcceptor, PerRequestAcceptor, VerifyObserver
+from speclib.core.protocols import LM, Acceptor, BatchedLM, Drafter, LogitsAcceptor, PerRequestAcceptor, VerifyObserver
 from speclib.core.sampling import Sampling, probs, sample
 from speclib.core.tree import Tree
+
+
+class Step(TypedDict):
+    """One verify pass of the loop."""
+    drafted: int                 # tree nodes verified besides the root
+    accepted: int                # length of the accepted path
+    source: str | None           # Tree.source ("model", a cache's name, ...), None for an empty draft
+    draft_s: float               # seconds drafting
+    verify_s: float              # seconds verifying, accepting and committing (target and drafter)
+
+
+NAN = float("nan")
+
+
+@dataclass
+class Stats:
+    """What one request cost and accepted. A peer loop that reports no steps (`speclib.research.peers`)
+    leaves NaN (and empty lists) where it cannot say. `dataclasses.asdict` gives the row to store."""
+    new_tokens: int
+    seconds: float                          # the request's wall time, prefill included
+    tokens_per_s: float
+    steps: list[Step] = field(default_factory=list)
+    target_calls: int | float = NAN         # verify passes after the prefill
+    tokens_per_call: float = NAN            # new tokens / (target_calls + 1): the prefill yields the first
+    acceptance_rate: float = NAN            # accepted / drafted tokens, over all steps
+    # accepted_at[j]: steps whose draft had its (j+1)-th token accepted (an accepted path of length > j);
+    # one entry per draft position up to the drafter's max_nodes (or the longest accepted path)
+    accepted_at: list[int] = field(default_factory=list)
+    # vLLM's mean acceptance length: 1 + accepted / drafts (drafts = steps with a non-empty draft), i.e.
+    # tokens per verify step of a draft, the bonus or correction token included; NaN without drafts
+    mean_accepted_length: float = NAN
+    batch_seconds: float | None = None      # generate_batch: the whole batch's wall time (None alone)
 
 
 @dataclass
 class Generation:
     tokens: list[int]                       # new tokens only
     text: str
-    stats: dict = field(default_factory=dict)
+    stats: Stats
 
 
-def _check(target: LM, prompt_ids, max_new_tokens, drafter, sampling) -> list[int]:
+def _check(target: LM, prompt_ids, max_new_tokens, drafter, acceptor, sampling) -> list[int]:
     if not isinstance(sampling, Sampling):
         raise TypeError(f"sampling must be a speclib.Sampling, got {type(sampling).__name__}")
     prompt = prompt_list(prompt_ids)
@@ -41,6 +71,8 @@ def _check(target: LM, prompt_ids, max_new_tokens, drafter, sampling) -> list[in
         raise ValueError(f"max_new_tokens must be an int >= 1, got {max_new_tokens!r}")
     if drafter is not None and not isinstance(drafter, Drafter):
         raise TypeError(f"drafter must implement speclib.core.protocols.Drafter, got {type(drafter).__name__}")
+    if acceptor is not None and not isinstance(acceptor, Acceptor):
+        raise TypeError(f"acceptor must implement speclib.core.protocols.Acceptor, got {type(acceptor).__name__}")
     lookahead = (drafter.max_nodes if drafter is not None else 0) + 1
     if len(prompt) + max_new_tokens + lookahead > target.max_length:
         raise ValueError(f"prompt ({len(prompt)}) + max_new_tokens ({max_new_tokens}) + draft lookahead "
@@ -55,7 +87,7 @@ class _Run:
     can share the verify pass (`generate_batch`)."""
 
     def __init__(self, target: LM, prompt_ids, max_new_tokens, drafter, acceptor, sampling, seed, eos_token_id):
-        self.prompt = _check(target, prompt_ids, max_new_tokens, drafter, sampling)
+        self.prompt = _check(target, prompt_ids, max_new_tokens, drafter, acceptor, sampling)
         self.target, self.drafter, self.sampling = target, drafter, sampling
         self.acceptor = acceptor or Lossless()
         self.max_new_tokens = max_new_tokens
@@ -66,7 +98,7 @@ class _Run:
         self.drafter_sees_verify = isinstance(drafter, VerifyObserver)    # e.g. TokenRecycling
         if isinstance(self.acceptor, PerRequestAcceptor):      # e.g. cospec.Arbiter
             self.acceptor.reset(self.prompt)
-        self.steps: list[dict] = []
+        self.steps: list[Step] = []
         self.t_start = clock(target.device)
         self.root = sample(probs(target.reset(self.prompt), sampling), self.gen)
         if drafter is not None:
@@ -97,22 +129,23 @@ class _Run:
         self.out += accepted + [self.root]
         self.done = (len(self.out) >= self.max_new_tokens or self.root == self.eos
                      or (self.eos is not None and self.eos in accepted))
-        self.steps.append({"drafted": len(tree), "accepted": len(path), "source": tree.source if len(tree) else None,
-                           "draft_s": self.draft_s, "verify_s": verify_s + clock(self.target.device) - t0})
+        self.steps.append(Step(drafted=len(tree), accepted=len(path), source=tree.source if len(tree) else None,
+                               draft_s=self.draft_s, verify_s=verify_s + clock(self.target.device) - t0))
 
     def result(self) -> Generation:
         out = _truncate(self.out, self.max_new_tokens, self.eos)
         seconds = clock(self.target.device) - self.t_start
         drafted = sum(s["drafted"] for s in self.steps)
-        stats = {
-            "steps": self.steps,
-            "new_tokens": len(out),
-            "target_calls": len(self.steps),          # verify passes after the prefill
-            "acceptance_rate": sum(s["accepted"] for s in self.steps) / drafted if drafted else float("nan"),
-            "tokens_per_call": len(out) / max(1, len(self.steps) + 1),   # the prefill's pass yields the first token
-            "seconds": seconds,
-            "tokens_per_s": len(out) / seconds,
-        }
+        accepted = sum(s["accepted"] for s in self.steps)
+        drafts = sum(s["drafted"] > 0 for s in self.steps)
+        positions = max([self.drafter.max_nodes if self.drafter is not None else 0]
+                        + [s["accepted"] for s in self.steps])
+        stats = Stats(
+            new_tokens=len(out), seconds=seconds, tokens_per_s=len(out) / seconds, steps=self.steps,
+            target_calls=len(self.steps), tokens_per_call=len(out) / max(1, len(self.steps) + 1),
+            acceptance_rate=accepted / drafted if drafted else NAN,
+            accepted_at=[sum(s["accepted"] > j for s in self.steps) for j in range(positions)],
+            mean_accepted_length=1 + accepted / drafts if drafts else NAN)
         return Generation(out, self.target.decode(out) if self.target.tokenizer is not None else "", stats)
 
 
@@ -164,7 +197,7 @@ def generate_batch(targets: list, prompts: list, max_new_tokens: int = 128, draf
             r.finish(lg, verify_s)
     results = [r.result() for r in runs]
     for g in results:
-        g.stats["batch_seconds"] = clock(targets[0].device) - t_start
+        g.stats.batch_seconds = clock(targets[0].device) - t_start
     return results
 
 

@@ -3,9 +3,11 @@
 Conventions everywhere: p = the target's distribution, q = the draft's, both AFTER temperature / top-k /
 top-p processing (`speclib.core.sampling.probs`): the distribution a token was actually drawn from.
 
-Optional capabilities are protocols of their own (`BatchedLM`, `FeatureLM`, `VerifyObserver`,
-`PerRequestAcceptor`, `LogitsAcceptor`); the decoding loop (`speclib.generate`) checks them with `isinstance` against these
-classes, never with `hasattr` on concrete classes. The maths behind the protocol: docs/trees.md.
+This module is the one full statement of the protocols; other docstrings point here. Optional
+capabilities are protocols of their own (`BatchedLM`, `FeatureLM`, `TreeProbe`, `VerifyObserver`,
+`PerRequestAcceptor`, `LogitsAcceptor`); the decoding loop (`speclib.generate`) and the research code check
+them with `isinstance` against these classes, never with `hasattr` on concrete classes. The maths behind
+the protocol: docs/trees.md.
 """
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ import torch
 from speclib.core.sampling import Sampling
 from speclib.core.tree import Tree
 
-__all__ = ["LM", "BatchedLM", "FeatureLM", "Drafter", "VerifyObserver", "ScoredDrafter", "Acceptor", "PerRequestAcceptor", "LogitsAcceptor"]
+__all__ = ["LM", "BatchedLM", "FeatureLM", "TreeProbe", "Drafter", "VerifyObserver", "ScoredDrafter", "Acceptor", "PerRequestAcceptor", "LogitsAcceptor"]
 
 
 @runtime_checkable
@@ -113,6 +115,16 @@ class FeatureLM(LM, Protocol):
 
 
 @runtime_checkable
+class TreeProbe(LM, Protocol):
+    """Capability: an LM that says up front whether it verifies trees (some verify chains only).
+
+    trees_unsupported() -> None when it verifies trees, else why not (a sentence). Extending such an LM
+    with a tree is then a ValueError that says "chains only"."""
+
+    def trees_unsupported(self) -> str | None: ...
+
+
+@runtime_checkable
 class Drafter(Protocol):
     """Proposes a draft Tree for the target to verify.
 
@@ -174,17 +186,20 @@ class ScoredDrafter(Drafter, Protocol):
 class Acceptor(Protocol):
     """Decides which drafted nodes to keep and the next token.
 
-    acceptor(tree, p, greedy, gen) -> (path, next_token)
+    acceptor(tree, p, greedy, gen, logits=...) -> (path, next_token)
         tree    the draft; its parent -1 is the root: the last sampled token, which the loop verifies
                 together with the tree (it is not yet in the target's cache).
         p       [N + 1, V] the target's processed distributions: row 0 after the root (scoring the
                 tree's nodes with parent -1), row 1 + i after node i.
         greedy  temperature 0 (decide by the argmax of p); gen: the run's generator.
+        logits  keyword, [N + 1, V] the target's raw logits, rows as p; the loop passes it only to a
+                `LogitsAcceptor` (uses_logits = True), so an acceptor that reads it must declare that.
         path    accepted node indices, root to leaf (a root-to-node path of the tree, possibly empty);
         next_token  the correction (after a rejection) or bonus (after a fully accepted path) token.
     A lossless acceptor's output is distributed exactly as the target's (docs/lossless.md)."""
 
-    def __call__(self, tree: Tree, p: torch.Tensor, greedy: bool, gen: torch.Generator) -> tuple[list[int], int]: ...
+    def __call__(self, tree: Tree, p: torch.Tensor, greedy: bool, gen: torch.Generator,
+                 logits: torch.Tensor | None = None) -> tuple[list[int], int]: ...
 
 
 @runtime_checkable
@@ -196,7 +211,7 @@ class PerRequestAcceptor(Acceptor, Protocol):
 
 @runtime_checkable
 class LogitsAcceptor(Acceptor, Protocol):
-    """Capability: an acceptor that also reads the target's raw logits [N + 1, V] (keyword `logits`)
+    """Capability: an acceptor that also reads the target's raw logits (`Acceptor`'s keyword `logits`)
     and the tree's `draft_logits`, e.g. an arbitration policy with features beyond p and q. Declared by
     the class attribute uses_logits = True."""
     uses_logits: bool

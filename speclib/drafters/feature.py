@@ -76,7 +76,7 @@ class FeatureDrafter:
 
     @property
     def tree(self) -> Tree | None:
-        return getattr(self.inner, "tree", None)
+        return self.inner.tree
 
     def check_compatible(self, target: LM) -> None:
         if target is not self.target:
@@ -97,8 +97,7 @@ class FeatureDrafter:
 
     def observe(self, accepted: list[int]) -> None:
         """Commit the tail fed from true features; the accepted drafted tokens are re-fed next time."""
-        self.lm.commit(list(range(self.inner.n_tail)))
-        self.inner.fed += self.inner.n_tail
+        self.inner.keep_tail()
 
 
 def frequent_tokens(counts, n: int) -> torch.Tensor:

@@ -88,7 +88,7 @@ class Costs:
 
     @classmethod
     def from_steps(cls, steps, min_count: int = 20) -> "Costs":
-        """Costs as the decoding loop itself paid them, from logged steps (`Generation.stats["steps"]` of
+        """Costs as the decoding loop itself paid them, from logged steps (`Generation.stats.steps` of
         cache-drafted and model-drafted runs). verify_s[n], n = drafted + 1: the median verify_s of the
         steps of that size where at least `min_count` were seen, else the line fitted through those
         medians. verify_s covers the target pass, acceptance, commit and the drafters' updates, and is

@@ -8,16 +8,16 @@ from speclib.core.sampling import Sampling, probs, sample
 from speclib.core.tree import Tree
 
 
-class ModelDrafter:
-    def __init__(self, lm: LM, k: int = 4, sampling: Sampling | None = None):
-        if not isinstance(k, int) or k < 1:
-            raise ValueError(f"k (draft length) must be an int >= 1, got {k!r}")
-        self.lm, self.k = lm, k
-        self.sampling_override = sampling       # None: use the target's (set by reset())
+class LMDrafter:
+    """What the drafters over a draft LM share (`ModelDrafter`, `speclib.drafters.tree.TreeDrafter`): the
+    draft LM's committed prefix is context[:fed]; draft() feeds the context's unfed tail (n_tail tokens)
+    first and keeps the last draft in `tree`; observe() commits the tail plus the accepted drafted nodes
+    that went through the draft LM."""
 
-    @property
-    def max_nodes(self) -> int:
-        return self.k
+    def __init__(self, lm: LM, sampling: Sampling | None):
+        self.lm = lm
+        self.sampling_override = sampling       # None: use the target's (set by reset())
+        self.tree: Tree | None = None
 
     def check_compatible(self, target: LM) -> None:
         if self.lm.vocab_size != target.vocab_size:
@@ -29,8 +29,31 @@ class ModelDrafter:
     def reset(self, prompt: list[int], sampling: Sampling, gen: torch.Generator) -> None:
         """Prefill the draft; draft with the target's sampling (unless given one) and the run's generator."""
         self.lm.reset(prompt)
-        self.fed = len(prompt)          # tokens in the draft's cache
+        self.fed = len(prompt)          # tokens in the draft's committed cache
         self.sampling, self.gen = self.sampling_override or sampling, gen
+        self.tree = None
+
+    def _keep(self, path: list[int]) -> None:
+        """Commit the draft LM's pending nodes `path` (the tail first), which joins context[:fed]."""
+        self.lm.commit(path)
+        self.fed += len(path)
+
+    def keep_tail(self) -> None:
+        """Commit only the last draft's fed tail, so its drafted tokens are fed again next time (what
+        `FeatureDrafter` needs: its head computed them from its own states, not the target's)."""
+        self._keep(list(range(self.n_tail)))
+
+
+class ModelDrafter(LMDrafter):
+    def __init__(self, lm: LM, k: int = 4, sampling: Sampling | None = None):
+        if not isinstance(k, int) or k < 1:
+            raise ValueError(f"k (draft length) must be an int >= 1, got {k!r}")
+        super().__init__(lm, sampling)
+        self.k = k
+
+    @property
+    def max_nodes(self) -> int:
+        return self.k
 
     def draft(self, context: list[int]) -> Tree:
         tail = context[self.fed:]
@@ -43,15 +66,13 @@ class ModelDrafter:
             if i + 1 < self.k:
                 logits = self.lm.extend([x], [len(tail) + i - 1])[0]
         self.n_tail = len(tail)
-        tree = Tree.chain(tokens, torch.stack(qs))
+        tree = self.tree = Tree.chain(tokens, torch.stack(qs))
         tree.draft_logits = torch.stack(raw)
         return tree
 
     def observe(self, accepted: list[int]) -> None:
         """Keep the fed tail and the accepted drafted tokens that went through the draft model."""
-        keep = self.n_tail + min(len(accepted), self.k - 1)
-        self.lm.commit(list(range(keep)))
-        self.fed += keep
+        self._keep(list(range(self.n_tail + min(len(accepted), self.k - 1))))
 
 
 class SelfDrafter(ModelDrafter):

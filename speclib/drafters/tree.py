@@ -45,22 +45,19 @@ import torch
 from speclib.core.protocols import LM
 from speclib.core.sampling import Sampling, probs, sample
 from speclib.core.tree import Tree
-from speclib.drafters.model import ModelDrafter
+from speclib.drafters.model import LMDrafter
 
 
-class TreeDrafter:
+class TreeDrafter(LMDrafter):
     """A draft LM proposing a tree; `reset / draft / observe / check_compatible / max_nodes`.
 
     With a budget, `min_value` > 0 drops every node ("spine": every leaf; the chain always runs to
     `depth`) whose path value (product of draft probabilities from the root) would fall below it,
     deciding before the node is drawn."""
 
-    check_compatible = ModelDrafter.check_compatible
-
     def __init__(self, lm: LM, branching=None, *, budget: int | None = None, expand: str = "confidence",
                  depth: int = 6, top: int = 4, min_value: float = 0.0, sampling: Sampling | None = None):
-        self.lm = lm
-        self.sampling_override = sampling       # None: use the target's (set by reset())
+        super().__init__(lm, sampling)
         if budget is None:
             branching = (3, 2, 1, 1) if branching is None else branching
             if isinstance(branching, int) or not len(branching) or \
@@ -84,18 +81,10 @@ class TreeDrafter:
                 raise ValueError(f"min_value (least path value of a drafted node) must lie in [0, 1), got {min_value!r}")
             self.mode, self.budget, self.depth, self.top, self.min_value = expand, budget, depth, top, min_value
             self._max_nodes = budget
-        self.tree: Tree | None = None
 
     @property
     def max_nodes(self) -> int:
         return self._max_nodes
-
-    def reset(self, prompt: list[int], sampling: Sampling, gen: torch.Generator) -> None:
-        """Prefill the draft; draft with the target's sampling (unless given one) and the run's generator."""
-        self.lm.reset(prompt)
-        self.fed = len(prompt)          # tokens in the draft's committed cache
-        self.sampling, self.gen = self.sampling_override or sampling, gen
-        self.tree = None
 
     # --- drafting -----------------------------------------------------------------------------
     def draft(self, context: list[int]) -> Tree:
@@ -203,5 +192,4 @@ class TreeDrafter:
                 break
             keep.append(self.fed_index[child])
             row = child + 1
-        self.lm.commit(keep)
-        self.fed += len(keep)
+        self._keep(keep)

@@ -236,13 +236,10 @@ class OnnxLM(BaseLM):
             mask = self._tree_allowed(old).numpy()
         return self._run(ids.numpy(), pos.numpy(), start, mask)
 
-    def commit(self, path) -> None:
-        path = list(path)
-        self._check_path(path)
+    def _commit(self, path: list[int]) -> None:
         n, keep = self.n_committed, len(path)
         if path != list(range(keep)):
             self.kv[n:n + keep] = self.kv[n + np.array(path)]
-        self._start(n + keep)
 
 
 # --- llama.cpp ----------------------------------------------------------------------------------
@@ -378,8 +375,5 @@ class LlamaCppLM(BaseLM):
         self._new_nodes(tokens, parents)
         return self._eval(tokens)
 
-    def commit(self, path) -> None:
-        path = list(path)
-        self._check_path(path)
-        self._start(self.n_committed + len(path))
-        self.llm.n_tokens = self.n_committed          # the next eval drops the cache beyond this
+    def _commit(self, path: list[int]) -> None:
+        self.llm.n_tokens = self.n_committed + len(path)   # the next eval drops the cache beyond this

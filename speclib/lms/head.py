@@ -224,13 +224,9 @@ class HeadLM(BaseLM):
         out[:, self.rows] = F.linear(normed, self.lm_head.weight[self.rows]).float()
         return out
 
-    @torch.inference_mode()
-    def commit(self, path) -> None:
-        path = list(path)
-        self._check_path(path)
+    def _commit(self, path: list[int]) -> None:
         n, keep = self.n_committed, len(path)
         if path != list(range(keep)):
             src = torch.tensor(path, device=self.device) + n
             self.kv[:, :, n:n + keep] = self.kv[:, :, src]
             self.hidden[n:n + keep] = self.hidden[src]
-        self._start(n + keep)

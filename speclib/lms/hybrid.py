@@ -235,11 +235,7 @@ class HybridLM(FeatureStore, BaseLM):
         all_parents = torch.tensor(self.pending_parents, device=self.device)
         return _Request(self, ids, pos, self._tree_allowed(old), all_parents, old, False)
 
-    @torch.inference_mode()
-    def commit(self, path) -> None:
-        """Keep the root-to-node path of pending nodes `path` ([m] ints), drop the others."""
-        path = list(path)
-        self._check_path(path)
+    def _commit(self, path: list[int]) -> None:
         n, m, P = self.n_committed, len(path), len(self.pending_parents)
         idx = torch.tensor(path, dtype=torch.long, device=self.device)
         keep = torch.cat([torch.arange(n, device=self.device), n + idx])
@@ -260,7 +256,6 @@ class HybridLM(FeatureStore, BaseLM):
                     st.S = _chain(*(t[:, :m] for t in st.inputs), st.S)[1]
             st.clear()
         self._commit_features(path)
-        self._start(n + m)
 
     # --- internals -----------------------------------------------------------------------------
     def _closed_form(self, st, q, k, v, g, beta, old):

@@ -96,13 +96,9 @@ class LlamaLM(HFLM):
         x = x + layer.self_attn.o_proj(o.transpose(1, 2).reshape(1, x.shape[1], -1))
         return x + layer.mlp(layer.post_attention_layernorm(x))
 
-    @torch.inference_mode()
-    def commit(self, path) -> None:
-        path = list(path)
-        self._check_path(path)
+    def _commit(self, path: list[int]) -> None:
         n, keep = self.n_committed, len(path)
         if path != list(range(keep)):                                  # a chain prefix needs no copy
             src = torch.tensor(path, device=self.device) + n
             self.kv[:, :, :, n:n + keep] = self.kv[:, :, :, src]
         self._commit_features(path)
-        self._start(n + keep)

@@ -1,15 +1,5 @@
-"""The one protocol every model speaks, and its adapter for Hugging Face attention models.
-
-An LM holds a committed prefix and a set of pending nodes (a forest hanging off the committed tip):
-
-    reset(prompt_ids) -> logits [V] at the last prompt position     (prefill)
-    extend(tokens, parents) -> logits [n, V], one row per new node   (parents: -1 = the committed tip,
-                                                                      else an earlier pending node)
-    commit(path)                                                     (keep one root-to-node path of
-                                                                      pending nodes, drop the rest)
-
-An autoregressive step is extend([t], [-1]) then commit([0]); a draft chain is repeated
-extend([t_i], [i - 1]); a tree is one extend with many parents.
+"""`BaseLM`, what every implementation of the LM protocol (stated in `speclib.core.protocols.LM`) shares,
+and its adapter for Hugging Face attention models, `HFLM`.
 """
 from __future__ import annotations
 
@@ -34,7 +24,8 @@ def checkpoints() -> list[str]:
 
 
 class BaseLM:
-    """Base class: pending-node bookkeeping shared by every implementation."""
+    """Base class: argument checks and pending-node bookkeeping shared by every implementation; a subclass
+    writes its forwards (reset, extend) and `_commit`, what keeping a path means for its caches."""
     model = None
     tokenizer = None
     device: torch.device
@@ -133,6 +124,21 @@ class BaseLM:
                 raise ValueError(f"commit path {path} is not a root-to-node path of pending nodes "
                                  f"(parents {self.pending_parents})")
             prev = node
+
+    @torch.inference_mode()
+    def commit(self, path) -> None:
+        """The protocol's commit: checks the path, lets the subclass's `_commit` keep it in its caches (the
+        committed length still the old one), then records the new committed length."""
+        path = list(path)
+        self._check_path(path)
+        n = self.n_committed
+        self._commit(path)
+        self._start(n + len(path))
+
+    def _commit(self, path: list[int]) -> None:
+        """Keep the pending nodes `path` (a checked root-to-node path) after the committed prefix in this
+        class's caches, drop the others."""
+        raise NotImplementedError
 
 
 class FeatureStore:
@@ -267,10 +273,7 @@ class HFLM(FeatureStore, BaseLM):
             self._write_features([h[0] for h in out.hidden_states], self.n_committed + old)
         return out.logits[0].float()
 
-    @torch.inference_mode()
-    def commit(self, path) -> None:
-        path = list(path)
-        self._check_path(path)
+    def _commit(self, path: list[int]) -> None:
         n, keep = self.n_committed, len(path)
         chain = path == list(range(keep))
         idx = None if chain else torch.cat([torch.arange(n), n + torch.tensor(path)]).to(self.device)
@@ -284,7 +287,6 @@ class HFLM(FeatureStore, BaseLM):
             if hasattr(layer, "cumulative_length"):  # sliding layers count positions themselves
                 layer.cumulative_length = n + keep
         self._commit_features(path)
-        self._start(n + keep)
 
     def frozen_parts(self):
         """(token embedding, final norm, LM head): the target modules a feature-level head reuses."""

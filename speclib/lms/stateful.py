@@ -123,6 +123,10 @@ class StatefulLM(BaseLM):
     def vocab_size(self) -> int:
         return self.config.vocab_size
 
+    def trees_unsupported(self) -> str:
+        """Why trees are refused (`speclib.core.protocols.TreeProbe`): always, see `chains_only_error`."""
+        return "chains only: a stock cache holds one recurrent state per layer, not one per tree node"
+
     def _forward(self, ids: torch.Tensor, start: int, all_logits: bool = True) -> torch.Tensor:
         """Run ids [n] at positions start.. from the live cache (the model builds its own cache on the
         first call); chains only, so `start` is always the cache's length."""
@@ -169,18 +173,14 @@ class StatefulLM(BaseLM):
         ids = torch.tensor(tokens, dtype=torch.long, device=self.device)
         return self._forward(ids, self.n_committed + old).float()
 
-    @torch.inference_mode()
-    def commit(self, path) -> None:
-        path = list(path)
-        self._check_path(path)                     # on a chain, a valid path is a prefix 0..m-1
-        n, m = self.n_committed, len(path)
+    def _commit(self, path: list[int]) -> None:
+        n, m = self.n_committed, len(path)         # on a chain, a valid path is a prefix 0..m-1
         if m < len(self.pending_parents):
             self._restore()
             if m:                                  # re-run the accepted tokens from the committed state
                 ids = torch.tensor(self.pending_tokens[:m], dtype=torch.long, device=self.device)
                 self._forward(ids, n, all_logits=False)
         self._snap, self.pending_tokens = None, []
-        self._start(n + m)
 
     # --- snapshot / restore ---------------------------------------------------------------------
     def _snapshot(self):

@@ -33,7 +33,7 @@ from speclib.core.analytic import expected_tokens, predicted_speedup  # noqa: F4
 from speclib.research import stats
 from speclib.core.device import clock
 from speclib.drafters import ModelDrafter
-from speclib.core.generate import Generation, generate
+from speclib.core.generate import Generation, Stats, Step, generate
 from speclib.core.protocols import LM
 from speclib.core.sampling import Sampling
 
@@ -83,13 +83,14 @@ def cost_profile(target: LM, draft: LM, ks=range(1, 9), prefix_len: int = 128, r
 def _row(g: Generation) -> dict:
     """What one decoding run contributes to a paired-runs row: time, tokens, acceptance, and the
     loop's per-step costs (medians, robust to the odd slow step)."""
-    steps = g.stats["steps"]
+    steps = g.stats.steps
     drafted = sum(s["drafted"] for s in steps)
     per_token = [s["draft_s"] / s["drafted"] for s in steps if s["drafted"]]
-    reached, accepted = position_counts(steps, max((s["drafted"] for s in steps), default=0))
-    return dict(reached_by_position=reached.tolist(), accepted_by_position=accepted.tolist(),seconds=g.stats["seconds"], new_tokens=len(g.tokens), target_calls=g.stats["target_calls"],
-                tokens_per_call=g.stats["tokens_per_call"], drafted=drafted,
-                accepted=sum(s["accepted"] for s in steps), acceptance=g.stats["acceptance_rate"],
+    accepted = g.stats.accepted_at
+    return dict(reached_by_position=reached_counts(steps, len(accepted)), accepted_by_position=list(accepted),
+                seconds=g.stats.seconds, new_tokens=len(g.tokens), target_calls=g.stats.target_calls,
+                tokens_per_call=g.stats.tokens_per_call, drafted=drafted,
+                accepted=sum(s["accepted"] for s in steps), acceptance=g.stats.acceptance_rate,
                 reached=sum(min(s["accepted"] + 1, s["drafted"]) for s in steps),
                 token_acceptance=token_acceptance(steps), draft_s=sum(s["draft_s"] for s in steps),
                 verify_s=sum(s["verify_s"] for s in steps),
@@ -112,7 +113,7 @@ def paired_runs(prompts: list, methods: dict[str, Callable[[list[int], int], Gen
     token_acceptance, draft_s / verify_s (summed
     over steps), step_verify_s (median verify pass incl. acceptance and commit), draft_token_s (median
     drafting seconds per drafted token), reached_by_position / accepted_by_position (lists: per draft
-    position, how often it was verified and accepted, over steps of the longest draft length),
+    position, how many steps verified it and accepted it; the latter is `Stats.accepted_at`),
     order (position in its block) and same_as_reference (the
     token lists are equal: the greedy identity check when the method is lossless and greedy).
     """
@@ -196,7 +197,7 @@ def speedup_table(runs: pd.DataFrame, reference: str = "AR", seed: int = 0) -> p
     return pd.DataFrame(rows)
 
 
-def token_acceptance(steps: list[dict]) -> float:
+def token_acceptance(steps: list[Step]) -> float:
     """Per-token acceptance a = accepted / reached draft positions (a position is reached when every
     draft token before it was accepted): the maximum-likelihood a of the i.i.d. model that
     `expected_tokens` assumes. The acceptance RATE accepted / drafted is smaller and falls with K,
@@ -206,14 +207,10 @@ def token_acceptance(steps: list[dict]) -> float:
     return accepted / reached if reached else float("nan")
 
 
-def position_counts(steps: list[dict], k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Per draft position i = 1..k: how often it was verified (all before it accepted) and accepted."""
-    reached, accepted = np.zeros(k, int), np.zeros(k, int)
-    for s in steps:
-        if s["drafted"] == k:
-            reached[: min(s["accepted"] + 1, k)] += 1
-            accepted[: s["accepted"]] += 1
-    return reached, accepted
+def reached_counts(steps: list[Step], k: int) -> list[int]:
+    """Per draft position i = 1..k: how many steps verified it (drafted it, every token before it
+    accepted); how many accepted it is `Stats.accepted_at`."""
+    return [sum(s["drafted"] > i and s["accepted"] >= i for s in steps) for i in range(k)]
 
 
 def position_totals(runs: pd.DataFrame, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -239,8 +236,7 @@ def hf_assisted(target: LM, draft: LM, prompt_ids, max_new_tokens: int, k: int) 
                                     max_new_tokens=max_new_tokens, pad_token_id=target.eos_token_id)
     seconds = clock(target.device) - t0
     tokens = out[0, len(prompt_ids):].tolist()
-    return Generation(tokens, "", dict(steps=[], seconds=seconds, target_calls=np.nan, tokens_per_call=np.nan,
-                                       acceptance_rate=np.nan))
+    return Generation(tokens, "", Stats(new_tokens=len(tokens), seconds=seconds, tokens_per_s=len(tokens) / seconds))
 
 
 def chain_methods(target: LM, draft: LM, ks, max_new_tokens: int, sampling: Sampling, seed: int = 0,

@@ -13,17 +13,14 @@ from __future__ import annotations
 
 import atexit
 
-import numpy as np
 import torch
 
 from speclib.core.device import clock
-from speclib.core.generate import Generation
+from speclib.core.generate import Generation, Stats
 
 
 def _generation(tokens: list[int], seconds: float) -> Generation:
-    return Generation(tokens, "", dict(steps=[], seconds=seconds, new_tokens=len(tokens), target_calls=np.nan,
-                                       tokens_per_call=np.nan, acceptance_rate=np.nan,
-                                       tokens_per_s=len(tokens) / seconds))
+    return Generation(tokens, "", Stats(new_tokens=len(tokens), seconds=seconds, tokens_per_s=len(tokens) / seconds))
 
 
 def _hf(lm, prompt_ids, max_new_tokens: int, **kw) -> Generation:

@@ -104,8 +104,8 @@ def turn_ids(lm, q: dict, answers: list[str] = (), max_new_tokens: int = 0) -> l
     plus `max_new_tokens` does not fit the model's context."""
     from speclib.lms.pretrained import chat_ids
     ids = chat_ids(lm, messages(q, list(answers)))
-    limit = getattr(lm, "max_length", None)
-    if limit and len(ids) + max_new_tokens > limit:
+    limit = lm.max_length
+    if len(ids) + max_new_tokens > limit:
         raise ValueError(f"question {q['question_id']}: {len(ids)} prompt tokens + {max_new_tokens} new exceed "
                          f"the model's context of {limit}; drop the question or lower max_new_tokens")
     return ids

@@ -25,6 +25,8 @@ from pathlib import Path
 
 import torch
 
+from speclib.core.protocols import BatchedLM, TreeProbe
+
 V, D = 384, 64                 # vocabulary and hidden size of every tiny model
 NO_SPECIAL = dict(bos_token_id=None, eos_token_id=None, pad_token_id=None)   # no EOS: every run is full length
 NOISE = 0.15                   # draft = target weights + NOISE * (each tensor's std) * N(0, 1)
@@ -205,7 +207,7 @@ def check_chains(target, draft, prompt: list[int], n: int, row: dict) -> str:
     if ar != hf:
         return f"error: greedy AR {ar} != transformers generate {hf}"
     sd = generate(target, prompt, n, drafter=ModelDrafter(draft, k=3), sampling=greedy, eos_token_id=None)
-    row["sd_acceptance"] = round(sd.stats["acceptance_rate"], 3)
+    row["sd_acceptance"] = round(sd.stats.acceptance_rate, 3)
     if sd.tokens != ar:
         return f"error: greedy chain SD {sd.tokens} != AR {ar}"
     chain = ar[:4]                                 # extend a chain, keep 2, go on: logits vs fresh forwards
@@ -227,11 +229,7 @@ def check_chains(target, draft, prompt: list[int], n: int, row: dict) -> str:
 
 def tree_reason(lm) -> str | None:
     """Why `lm` refuses trees (None: it verifies them)."""
-    from speclib.lms.stateful import StatefulLM
-    if isinstance(lm, StatefulLM):
-        return "chains only: a stock cache holds one recurrent state per layer, not one per tree node"
-    probe = getattr(lm, "trees_unsupported", None)
-    return probe() if probe is not None else None
+    return lm.trees_unsupported() if isinstance(lm, TreeProbe) else None
 
 
 def check_trees(target, prompt: list[int], seed: int = 0) -> str:
@@ -300,7 +298,6 @@ def check(family: str, tmpdir, prompt_len: int = 12, new_tokens: int = 16) -> di
     """One row of the matrix (COLUMNS); every check's cell is "ok", "unsupported: ..." or "error: ...".
     Families that are skipped come back with the reason in `note`."""
     from speclib.lms.loading import load
-    from speclib.core.protocols import BatchedLM
     row = dict.fromkeys(COLUMNS)
     row["family"] = family
     t0 = time.perf_counter()
