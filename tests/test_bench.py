@@ -1,5 +1,6 @@
 """The one speedup estimator and the paired runner (speclib.research.bench), and the device helpers.
 No timing is asserted: the estimator is checked on hand-made rows with known answers."""
+
 import subprocess
 import sys
 
@@ -7,20 +8,35 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from speclib import ModelDrafter, Sampling
-from speclib.research import bench
-from speclib import generate
+from speclib import ModelDrafter, Sampling, generate
 from speclib.core import device
+from speclib.research import bench
 
 
 def _rows(ar_s, sd_s, tokens=64, rounds=1):
     rows = []
     for r in range(rounds):
         for p, (a, s) in enumerate(zip(ar_s, sd_s)):
-            rows += [dict(prompt=p, round=r, method="AR", seconds=a, new_tokens=tokens, step_verify_s=0.010,
-                          draft_token_s=np.nan),
-                     dict(prompt=p, round=r, method="SD", seconds=s, new_tokens=tokens, step_verify_s=0.015,
-                          draft_token_s=0.002)]
+            rows += [
+                dict(
+                    prompt=p,
+                    round=r,
+                    method="AR",
+                    seconds=a,
+                    new_tokens=tokens,
+                    step_verify_s=0.010,
+                    draft_token_s=np.nan,
+                ),
+                dict(
+                    prompt=p,
+                    round=r,
+                    method="SD",
+                    seconds=s,
+                    new_tokens=tokens,
+                    step_verify_s=0.015,
+                    draft_token_s=0.002,
+                ),
+            ]
     df = pd.DataFrame(rows)
     df["tokens_per_s"] = df.new_tokens / df.seconds
     return df
@@ -30,7 +46,7 @@ def test_speedup_is_the_median_of_per_prompt_speed_ratios_with_total_time_beside
     ar = np.array([1.0, 2.0, 3.0, 4.0, 10.0])
     sd = np.array([0.5, 1.0, 2.0, 1.0, 9.0])
     s = bench.speedup(_rows(ar, sd), "SD")
-    assert s["speedup"] == pytest.approx(np.median(ar / sd))          # 2.0, not the ratio of medians
+    assert s["speedup"] == pytest.approx(np.median(ar / sd))  # 2.0, not the ratio of medians
     assert s["total_ratio"] == pytest.approx(ar.sum() / sd.sum())
     assert s["lo"] <= s["speedup"] <= s["hi"]
     assert s["prompts"] == 5 and s["rounds"] == 1
@@ -38,17 +54,22 @@ def test_speedup_is_the_median_of_per_prompt_speed_ratios_with_total_time_beside
 
 def test_speedup_takes_the_median_over_rounds_and_reports_the_round_spread():
     ar = [1.0, 1.0, 1.0]
-    runs = pd.concat([_rows(ar, [0.5] * 3).assign(round=0), _rows(ar, [0.25] * 3).assign(round=1),
-                      _rows(ar, [1.0] * 3).assign(round=2)])
+    runs = pd.concat(
+        [
+            _rows(ar, [0.5] * 3).assign(round=0),
+            _rows(ar, [0.25] * 3).assign(round=1),
+            _rows(ar, [1.0] * 3).assign(round=2),
+        ]
+    )
     s = bench.speedup(runs, "SD")
-    assert s["speedup"] == pytest.approx(2.0)                          # median of 2, 4, 1 per prompt
+    assert s["speedup"] == pytest.approx(2.0)  # median of 2, 4, 1 per prompt
     assert (s["spread_lo"], s["spread_hi"]) == pytest.approx((1.0, 4.0))
     assert s["rounds"] == 3
 
 
 def test_speed_ratio_uses_tokens_per_second_when_lengths_differ():
     runs = _rows([1.0, 1.0], [1.0, 1.0])
-    runs.loc[runs.method == "SD", "new_tokens"] = 32            # same time, half the tokens: half the speed
+    runs.loc[runs.method == "SD", "new_tokens"] = 32  # same time, half the tokens: half the speed
     runs["tokens_per_s"] = runs.new_tokens / runs.seconds
     assert bench.speedup(runs, "SD")["speedup"] == pytest.approx(0.5)
 
@@ -68,15 +89,16 @@ def test_paired_runs_alternate_the_order_and_check_identity(pair):
             if k == 0:
                 return generate(target, ids, 6, sampling=Sampling(0.0), eos_token_id=None)
             return generate(target, ids, 6, drafter=ModelDrafter(draft, k), sampling=Sampling(0.0), eos_token_id=None)
+
         return f
 
     prompts = [[1, 2, 3], [4, 5], [6, 7, 8, 9]]
     runs = bench.paired_runs(prompts, {"AR": run("AR", 0), "SD2": run("SD2", 2), "SD3": run("SD3", 3)}, rounds=2)
-    assert calls[:3] == ["AR", "SD2", "SD3"]                          # warm-up
-    blocks = [calls[3 + 3 * i: 6 + 3 * i] for i in range(6)]
-    assert blocks[0] == ["AR", "SD2", "SD3"] and blocks[1] == ["SD3", "SD2", "AR"]      # ABBA
-    assert blocks[3] == ["SD3", "SD2", "AR"]                          # round 1 starts where round 0 did not
-    assert len(runs) == 3 * 2 * 3 and runs.same_as_reference.all()   # greedy SD = AR, every run
+    assert calls[:3] == ["AR", "SD2", "SD3"]  # warm-up
+    blocks = [calls[3 + 3 * i : 6 + 3 * i] for i in range(6)]
+    assert blocks[0] == ["AR", "SD2", "SD3"] and blocks[1] == ["SD3", "SD2", "AR"]  # ABBA
+    assert blocks[3] == ["SD3", "SD2", "AR"]  # round 1 starts where round 0 did not
+    assert len(runs) == 3 * 2 * 3 and runs.same_as_reference.all()  # greedy SD = AR, every run
     table = bench.speedup_table(runs)
     assert set(table.method) == {"SD2", "SD3"} and (table.identical == table.runs).all()
     assert ((table.tokens_per_call >= 1) & (table.tokens_per_call <= 4)).all()
@@ -90,9 +112,13 @@ def test_paired_runs_refuse_bad_input(pair):
 
 
 def test_cpu_count_follows_the_affinity_mask_and_the_cgroup_quota(monkeypatch):
-    code = "import os; os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}); " \
-           "from speclib.core.device import cpu_count; print(cpu_count())"
-    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "1"
+    code = (
+        "import os; os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}); "
+        "from speclib.core.device import cpu_count; print(cpu_count())"
+    )
+    assert (
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "1"
+    )
     monkeypatch.setattr(device, "_cgroup_quota", lambda: 0.5)
     assert device.cpu_count() == 1
     monkeypatch.setattr(device, "_cgroup_quota", lambda: None)
@@ -106,6 +132,7 @@ def test_set_threads_refuses_bad_counts():
 
 def test_threads_context_sets_then_restores_the_count():
     import torch
+
     before = torch.get_num_threads()
     with device.threads(1) as n:
         assert n == 1 and torch.get_num_threads() == 1
@@ -118,8 +145,9 @@ def test_threads_context_sets_then_restores_the_count():
 def test_analytic_model_closed_forms():
     """E = 1 + a + ... + a^k (a geometric sum, summed here term by term) and speedup E / (k c + v)."""
     from speclib.core.analytic import expected_tokens, predicted_speedup
+
     for a, k in [(0.0, 3), (0.5, 1), (0.73, 5), (1.0, 4)]:
-        assert expected_tokens(a, k) == pytest.approx(sum(a ** i for i in range(k + 1)))
+        assert expected_tokens(a, k) == pytest.approx(sum(a**i for i in range(k + 1)))
     assert predicted_speedup(0.5, 2, 0.1, 1.3) == pytest.approx(1.75 / 1.5)
 
 
@@ -127,7 +155,9 @@ def test_acceptance_needed_inverts_the_predicted_speedup():
     """acceptance_needed is the inverse of predicted_speedup in alpha on random (k, c, v, alpha); nan
     past the chain's ceiling (k + 1) / (k c + v), 0 when one token per call already suffices."""
     import math
+
     from speclib.core.analytic import acceptance_needed, predicted_speedup
+
     rng = np.random.default_rng(0)
     for _ in range(50):
         k, c, v, a = int(rng.integers(1, 9)), rng.uniform(0, 0.5), rng.uniform(1, 2.5), rng.uniform(0.01, 0.99)

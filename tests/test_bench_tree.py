@@ -1,13 +1,14 @@
 """Measurement helpers of notebook 03 (speclib.research.bench_tree) and the per-token acceptance estimate."""
+
 import random
 
 import pytest
 import torch
 from transformers import Qwen3_5ForCausalLM
 
-from speclib.research import bench, bench_tree
-from speclib.lms.hybrid import HybridLM, tiny_config
 from speclib.core.tree import check_parents
+from speclib.lms.hybrid import HybridLM, tiny_config
+from speclib.research import bench, bench_tree
 
 
 @pytest.fixture(scope="module")
@@ -23,7 +24,7 @@ def test_random_tree_shape(n, depth):
     check_parents(parents)
     paths = bench_tree.leaf_paths(parents)
     assert max(len(p) for p in paths) == min(depth, n)
-    assert set(j for p in paths for j in p) == set(range(n))       # every node lies on a branch
+    assert set(j for p in paths for j in p) == set(range(n))  # every node lies on a branch
 
 
 def test_verify_once_leaves_no_trace(lm, monkeypatch):
@@ -44,7 +45,7 @@ def test_verify_once_leaves_no_trace(lm, monkeypatch):
         for v in views:
             v.reset([1, 2, 3])
         reads.clear()
-        assert bench_tree.verify_once(views, tokens, parents) == 30.0        # 10 * 2**2 - 10 * 1**2
+        assert bench_tree.verify_once(views, tokens, parents) == 30.0  # 10 * 2**2 - 10 * 1**2
         # replay scores (and drops) one branch at a time; the tree strategies still hold every node at the second read
         held = 0 if strategy == "replay" else len(views) * len(parents)
         assert reads == [(torch.device("cpu"), 0), (torch.device("cpu"), held)]
@@ -52,7 +53,8 @@ def test_verify_once_leaves_no_trace(lm, monkeypatch):
         for v in views:
             assert not v.pending_parents
             assert (v.extend([5], [-1]) - fresh.extend([5], [-1])).abs().max() < 1e-4
-            v.commit([]); fresh.commit([])
+            v.commit([])
+            fresh.commit([])
 
 
 def test_state_bytes_per_strategy(lm):
@@ -86,8 +88,9 @@ def test_choose_budget():
     n, rate = bench_tree.choose_budget(verify, 1, tokens, draft)
     assert n == 16 and rate[16] == pytest.approx(3.2 / 1.4)
     # a batch of 4 shares the pass (here 4x the cost of one request's) but drafts 4 trees
-    n4, _ = bench_tree.choose_budget({k: 4 * v for k, v in verify.items()}, 4, tokens,
-                                     {k: 8 * v for k, v in draft.items()})
+    n4, _ = bench_tree.choose_budget(
+        {k: 4 * v for k, v in verify.items()}, 4, tokens, {k: 8 * v for k, v in draft.items()}
+    )
     assert n4 == 4
     with pytest.raises(ValueError, match="no budget"):
         bench_tree.choose_budget({8: 1.0}, 1, tokens, draft)
@@ -111,7 +114,7 @@ def test_token_acceptance_matches_position_counts():
     k = 5
     steps = [{"drafted": k, "accepted": rng.randint(0, k)} for _ in range(200)]
     reached = bench.reached_counts(steps, k)
-    accepted = [sum(s["accepted"] > i for s in steps) for i in range(k)]     # Stats.accepted_at
+    accepted = [sum(s["accepted"] > i for s in steps) for i in range(k)]  # Stats.accepted_at
     assert bench.token_acceptance(steps) == pytest.approx(sum(accepted) / sum(reached))
     # i.i.d. acceptance a: the estimate recovers a, the acceptance rate does not
     a, gen = 0.7, random.Random(1)

@@ -5,19 +5,19 @@ output multiplier set to 0 (the attention branch still runs, and adds nothing): 
 same logits through resets, chain extends and partial commits, leave the target's own forward
 untouched, and draft losslessly (greedy identity; a seeded permutation chi-square at temperature 1).
 """
+
 import copy
 import random
 
 import pytest
 import torch
 
-from speclib import ModelDrafter, Sampling
-from speclib import generate
+from speclib import ModelDrafter, Sampling, generate
 from speclib.lms.branches import BranchSkipLM
 from speclib.lms.hybrid import HybridLM, tiny_config
 from speclib.lms.stateful import StatefulLM
 from speclib.research.stats import run_permutation_test
-from speclib.research.support import tiny_model
+from speclib.workbook.support import tiny_model
 
 GREEDY, T1 = Sampling(temperature=0.0), Sampling(temperature=1.0)
 
@@ -53,10 +53,10 @@ def test_view_equals_the_attention_free_forward_through_extends_and_commits(mode
     got = [view.reset(seq)]
     ref = full_logits(twin, seq)
     assert torch.allclose(got[0], ref[-1], atol=1e-4, rtol=1e-4)
-    for n_draft, keep in [(3, 1), (1, 1), (4, 0), (2, 2), (5, 3)]:        # awkward partial commits
+    for n_draft, keep in [(3, 1), (1, 1), (4, 0), (2, 2), (5, 3)]:  # awkward partial commits
         chain = [rng.randrange(V) for _ in range(n_draft)]
         out = view.extend(chain, list(range(-1, n_draft - 1)))
-        ref = full_logits(twin, seq + chain)[len(seq):]
+        ref = full_logits(twin, seq + chain)[len(seq) :]
         assert torch.allclose(out, ref, atol=1e-4, rtol=1e-4)
         view.commit(list(range(keep)))
         seq += chain[:keep]
@@ -76,7 +76,7 @@ def test_greedy_sd_with_the_linear_subgraph_equals_ar(target):
             drafter = ModelDrafter(BranchSkipLM(target), k)
             sd = generate(target, prompt, 16, drafter=drafter, sampling=GREEDY, eos_token_id=None)
             assert sd.tokens == ar
-            assert drafter.lm.model is target.model            # a view: the same weights, no copy
+            assert drafter.lm.model is target.model  # a view: the same weights, no copy
 
 
 def test_permutation_chi_square_ar_vs_linear_subgraph_sd(model):
@@ -91,13 +91,18 @@ def test_permutation_chi_square_ar_vs_linear_subgraph_sd(model):
     target = StatefulLM(sharp, None, "cpu")
 
     def runs(lm, make, seed0):
-        return [generate(lm, [3, 1, 4], 16, drafter=make() if make else None, sampling=T1, seed=seed0 + s,
-                         eos_token_id=None) for s in range(24)]
+        return [
+            generate(
+                lm, [3, 1, 4], 16, drafter=make() if make else None, sampling=T1, seed=seed0 + s, eos_token_id=None
+            )
+            for s in range(24)
+        ]
+
     ar = [g.tokens for g in runs(target, None, 0)]
     sd = runs(target, lambda: ModelDrafter(BranchSkipLM(target), 2), 10**6)
     accepted = sum(s["accepted"] for g in sd for s in g.stats.steps)
     drafted = sum(s["drafted"] for g in sd for s in g.stats.steps)
-    assert 0 < accepted < drafted                                 # both acceptances and rejections
+    assert 0 < accepted < drafted  # both acceptances and rejections
     assert run_permutation_test(ar, [g.tokens for g in sd], n_perm=999, seed=0).p_permutation > 1e-3
     own = [g.tokens for g in runs(BranchSkipLM(target), None, 2 * 10**6)]
     assert run_permutation_test(ar, own, n_perm=999, seed=0).p_permutation < 1e-2
@@ -105,6 +110,7 @@ def test_permutation_chi_square_ar_vs_linear_subgraph_sd(model):
 
 def test_other_layouts_are_clear_errors():
     from transformers import Qwen3_5ForCausalLM
+
     hybrid = HybridLM(Qwen3_5ForCausalLM(tiny_config()), None, "cpu")
     with pytest.raises(TypeError, match="LayerSkipDrafter"):
         BranchSkipLM(hybrid)

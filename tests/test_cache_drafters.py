@@ -1,4 +1,5 @@
 """Cache drafters against brute force on random token streams; point-mass acceptance; greedy identity."""
+
 import functools
 import random
 from collections import Counter
@@ -8,11 +9,10 @@ import pytest
 import torch
 from conftest import tiny_lm
 
-from speclib import Sampling
-from speclib import generate
+from speclib import Sampling, generate
 from speclib.core.acceptance import Lossless, output_distribution
-from speclib.drafters.cache import PromptLookupDrafter, SuffixDrafter, SuffixTree
 from speclib.core.tree import Tree
+from speclib.drafters.cache import PromptLookupDrafter, SuffixDrafter, SuffixTree
 
 GREEDY = Sampling(0.0)
 
@@ -22,14 +22,14 @@ def brute_counts(seqs, s):
     c = Counter()
     for seq in seqs:
         for i in range(len(seq) - len(s)):
-            if seq[i:i + len(s)] == s:
+            if seq[i : i + len(s)] == s:
                 c[seq[i + len(s)]] += 1
     return c
 
 
 def brute_draft(seqs, context, max_depth, max_spec, min_prob, factor=1.0, offset=0.0):
     """Longest context suffix (< max_depth) with a continuation; greedy most-frequent walk."""
-    for m in range(min(max_depth - 1, len(context)), 0, -1):     # the trie holds strings <= max_depth
+    for m in range(min(max_depth - 1, len(context)), 0, -1):  # the trie holds strings <= max_depth
         s = context[-m:]
         if not brute_counts(seqs, s):
             continue
@@ -37,7 +37,7 @@ def brute_draft(seqs, context, max_depth, max_spec, min_prob, factor=1.0, offset
         tokens, prob, probs = [], 1.0, []
         while len(tokens) < limit:
             # counts of the extended string's continuations, restricted to the trie depth
-            cur = (s + tokens)[-max_depth + 1:] if len(s + tokens) >= max_depth else s + tokens
+            cur = (s + tokens)[-max_depth + 1 :] if len(s + tokens) >= max_depth else s + tokens
             c = brute_counts(seqs, cur) if len(s + tokens) < max_depth else Counter()
             if not c:
                 break
@@ -45,7 +45,8 @@ def brute_draft(seqs, context, max_depth, max_spec, min_prob, factor=1.0, offset
             prob *= n / sum(c.values())
             if prob < min_prob:
                 break
-            tokens.append(t); probs.append(prob)
+            tokens.append(t)
+            probs.append(prob)
         return m, tokens, probs
     return 0, [], []
 
@@ -58,12 +59,12 @@ def test_suffix_tree_counts_match_brute_force(seed):
     tree = SuffixTree(max_depth=6)
     for s in seqs:
         tree.add(s)
-    tree.remove(seqs[1])                                   # eviction
+    tree.remove(seqs[1])  # eviction
     kept = [seqs[0], seqs[2], seqs[3]]
     for _ in range(60):
         src = rng.choice(kept)
         i = rng.randrange(len(src))
-        s = src[i:i + rng.randint(1, 5)]
+        s = src[i : i + rng.randint(1, 5)]
         node = tree.find(s)
         expect = brute_counts(kept, s)
         got = {t: e[0] for t, e in (node or {}).items()}
@@ -93,11 +94,11 @@ def test_suffix_drafter_global_tree_and_eviction():
     d = SuffixDrafter(max_depth=8, max_spec=8, global_tokens=25)
     out1 = [7, 8, 9, 10, 11, 12] * 2
     d.reset([1, 2, 3], GREEDY, None)
-    d.draft([1, 2, 3] + out1)                             # the request's context as generated
-    d.reset([4, 5], GREEDY, None)                          # request 1's output joins the global tree
+    d.draft([1, 2, 3] + out1)  # the request's context as generated
+    d.reset([4, 5], GREEDY, None)  # request 1's output joins the global tree
     tree = d.draft([4, 5, 7, 8])
-    assert d.last["tree"] == "global" and tree.tokens == [9, 10]     # match length 2: at most 2 tokens
-    for r in range(3):                                     # push it out of the 25-token budget
+    assert d.last["tree"] == "global" and tree.tokens == [9, 10]  # match length 2: at most 2 tokens
+    for r in range(3):  # push it out of the 25-token budget
         d.draft([4, 5] + [20 + r] * 12)
         d.reset([4, 5], GREEDY, None)
     assert sum(map(len, d.history)) <= 25
@@ -109,10 +110,10 @@ def test_prompt_lookup_matches_transformers_rule():
     d = PromptLookupDrafter(max_ngram=3, k=4)
     d.reset([], GREEDY, None)
     ctx = [1, 2, 3, 9, 9, 1, 2, 3, 5, 6, 1, 2, 3]
-    assert d.draft(ctx).tokens == [9, 9, 1, 2]            # earliest match of [1, 2, 3]
+    assert d.draft(ctx).tokens == [9, 9, 1, 2]  # earliest match of [1, 2, 3]
     assert d.match_len == 3
-    assert d.draft([4, 4, 4, 7]).tokens == []              # no match
-    assert d.draft([5, 1, 5]).tokens == [1, 5]             # falls back to n = 1
+    assert d.draft([4, 4, 4, 7]).tokens == []  # no match
+    assert d.draft([5, 1, 5]).tokens == [1, 5]  # falls back to n = 1
     with pytest.raises(ValueError):
         PromptLookupDrafter(k=0)
 
@@ -127,7 +128,8 @@ def test_point_mass_acceptance_exact():
             p[torch.randperm(v, generator=g)[: v // 3]] = 0
             p /= p.sum()
             x = int(torch.randint(v, (), generator=g))
-            q = torch.zeros(v, dtype=torch.float64); q[x] = 1
+            q = torch.zeros(v, dtype=torch.float64)
+            q[x] = 1
             assert (output_distribution(p, q) - p).abs().max() < 1e-12
     # Monte Carlo through Lossless on a one-token cache draft
     p = torch.tensor([[0.5, 0.3, 0.2], [1 / 3, 1 / 3, 1 / 3]])
@@ -138,11 +140,14 @@ def test_point_mass_acceptance_exact():
         path, nxt = Lossless()(tree, p, False, gen)
         counts[1 if path else nxt] += 1
     for x in range(3):
-        assert abs(counts[x] / 20000 - float(p[0, x])) < 0.015   # 4.5 sigma at n = 20000
+        assert abs(counts[x] / 20000 - float(p[0, x])) < 0.015  # 4.5 sigma at n = 20000
 
 
-@pytest.mark.parametrize("make", [lambda: PromptLookupDrafter(2, 5), lambda: SuffixDrafter(max_depth=8, max_spec=6)],
-                         ids=["prompt_lookup", "suffix"])
+@pytest.mark.parametrize(
+    "make",
+    [lambda: PromptLookupDrafter(2, 5), lambda: SuffixDrafter(max_depth=8, max_spec=6)],
+    ids=["prompt_lookup", "suffix"],
+)
 def test_greedy_identity_with_cache_drafts(make):
     target = tiny_lm(32, 2, vocab=16, seed=0)
     total = 0
@@ -153,13 +158,13 @@ def test_greedy_identity_with_cache_drafts(make):
         assert sd.tokens == ar.tokens
         assert sum(s["drafted"] for s in sd.stats.steps) > 0
         total += sum(s["accepted"] for s in sd.stats.steps)
-    assert total >= 10            # measured over the three prompts: prompt lookup 52, suffix 39 accepted
+    assert total >= 10  # measured over the three prompts: prompt lookup 52, suffix 39 accepted
 
 
 # --- HybridDrafter: every policy ------------------------------------------------------------------
-from speclib import ModelDrafter                                    # noqa: E402
+from speclib import ModelDrafter  # noqa: E402
 from speclib.drafters.hybrid import FEATURES, POLICIES, Costs, HybridDrafter, PayoffPredictor  # noqa: E402
-from speclib.research.stats import chi2_two_sample                            # noqa: E402
+from speclib.research.stats import chi2_two_sample  # noqa: E402
 
 REPEATY = [1, 2, 3, 4, 5, 1, 2, 3, 4, 5, 1, 2, 3]
 
@@ -176,10 +181,11 @@ def _fitted_predictor():
 def _hybrid(policy, target, draft, reference=None, two_caches=False):
     costs = Costs(verify_s={n: 1e-3 * (1 + 0.05 * n) for n in range(1, 20)}, model_token_s=2e-4)
     cache = SuffixDrafter(max_depth=8, max_spec=6)
-    if two_caches:                          # prompt lookup first: the fixed rules use the first cache
+    if two_caches:  # prompt lookup first: the fixed rules use the first cache
         cache = [PromptLookupDrafter(2, 5), cache]
-    return HybridDrafter(cache, ModelDrafter(draft, 3), policy,
-                         _fitted_predictor() if policy == "hvd" else None, costs, reference)
+    return HybridDrafter(
+        cache, ModelDrafter(draft, 3), policy, _fitted_predictor() if policy == "hvd" else None, costs, reference
+    )
 
 
 @pytest.mark.parametrize("two_caches", [False, True])
@@ -197,7 +203,7 @@ def test_greedy_identity_every_policy(policy, two_caches):
         assert sources <= {"cache", "model"}
         if policy in ("model", "cache"):
             assert sources == {policy}
-        if policy == "cache":               # the fixed rules verify the first cache's candidate
+        if policy == "cache":  # the fixed rules verify the first cache's candidate
             assert {s["cache_source"] for s in d.log} == {"prompt_lookup" if two_caches else "suffix"}
 
 
@@ -214,7 +220,8 @@ def test_oracle_over_two_caches_and_agreement_feature():
     for j, step in zip(pos, d.log):
         ctx, fut = REPEATY + ar[:j], ar[j:]
         pl, sf = PromptLookupDrafter(2, 5), SuffixDrafter(max_depth=8, max_spec=6)
-        pl.reset(REPEATY, GREEDY, None); sf.reset(REPEATY, GREEDY, None)
+        pl.reset(REPEATY, GREEDY, None)
+        sf.reset(REPEATY, GREEDY, None)
         for cand in (pl.draft(ctx).tokens, sf.draft(ctx).tokens):
             n = 0
             while n < len(cand) and n < len(fut) and cand[n] == fut[n]:
@@ -264,6 +271,7 @@ def test_hvd_verifies_the_prefix_with_the_most_expected_tokens_per_second():
 
 class _FixedSurvival:
     """P(accepted >= l) = 0.5 ** l for l <= draft_len."""
+
     def survival(self, X):
         n = X[:, FEATURES.index("draft_len")]
         return 0.5 ** np.arange(1, 17)[None] * (np.arange(1, 17)[None] <= n[:, None])
@@ -271,7 +279,7 @@ class _FixedSurvival:
 
 def test_hvd_cut_follows_the_measured_verify_costs():
     # verify cost need not grow with the tokens verified (CPU matmul kernels): 5 tokens may cost less than 3
-    target, draft = tiny_lm(32, 2, vocab=16, seed=0), tiny_lm(16, 1, vocab=16, seed=1)
+    draft = tiny_lm(16, 1, vocab=16, seed=1)
     costs = Costs(verify_s={1: 1.0, 2: 3.0, 3: 3.0, 4: 3.5, 5: 2.0, 6: 2.5, 7: 9.0, 8: 9.0}, model_token_s=10.0)
     d = HybridDrafter(PromptLookupDrafter(2, 7), ModelDrafter(draft, 2), "hvd", _FixedSurvival(), costs)
     d.reset(REPEATY, GREEDY, torch.Generator())
@@ -286,23 +294,25 @@ def test_hvd_cut_follows_the_measured_verify_costs():
 def test_costs_fitted_line():
     c = Costs.fitted([1, 2, 3, 4], [1.0, 3.0, 2.0, 4.0], model_token_s=0.5)
     assert c.verify(4) > c.verify(1) and c.verify(2) - c.verify(1) == pytest.approx(c.verify(4) - c.verify(3))
-    flat = Costs.fitted([1, 2, 3], [3.0, 2.0, 1.0], model_token_s=0.5)     # a falling fit is flattened
+    flat = Costs.fitted([1, 2, 3], [3.0, 2.0, 1.0], model_token_s=0.5)  # a falling fit is flattened
     assert flat.verify(1) == flat.verify(3) == pytest.approx(2.0)
     assert Costs.fitted([2, 5], [2.0, 5.0], 0.5).verify_s == pytest.approx({1: 1.0, 2: 2.0, 3: 3.0, 4: 4.0, 5: 5.0})
 
 
 def test_costs_from_logged_steps():
     rng = np.random.default_rng(3)
-    cost = lambda d: 0.010 + 0.001 * d + (0.004 if d == 2 else 0.0)     # 3 tokens cost more than the line says
-    steps = [dict(drafted=d, source="suffix", draft_s=1e-4, verify_s=cost(d) + rng.normal(0, 1e-4))
-             for d in rng.integers(1, 12, 600)]
+    cost = lambda d: 0.010 + 0.001 * d + (0.004 if d == 2 else 0.0)  # 3 tokens cost more than the line says
+    steps = [
+        dict(drafted=d, source="suffix", draft_s=1e-4, verify_s=cost(d) + rng.normal(0, 1e-4))
+        for d in rng.integers(1, 12, 600)
+    ]
     steps += [dict(drafted=4, source="model", draft_s=4 * 0.002, verify_s=0.014)] * 9
-    steps += [dict(drafted=0, source=None, draft_s=1e-4, verify_s=0.5)] * 9         # empty drafts: not used
-    steps += [dict(drafted=14, source="suffix", draft_s=1e-4, verify_s=9.0)] * 5    # too rare: the line instead
+    steps += [dict(drafted=0, source=None, draft_s=1e-4, verify_s=0.5)] * 9  # empty drafts: not used
+    steps += [dict(drafted=14, source="suffix", draft_s=1e-4, verify_s=9.0)] * 5  # too rare: the line instead
     c = Costs.from_steps(steps)
-    for d in (1, 2, 5, 10):                                                        # measured sizes: their medians
+    for d in (1, 2, 5, 10):  # measured sizes: their medians
         assert c.verify(d + 1) == pytest.approx(cost(d), abs=3e-4)
-    assert c.verify(15) == pytest.approx(cost(14), rel=0.1)                        # the line, not the 5 outliers
+    assert c.verify(15) == pytest.approx(cost(14), rel=0.1)  # the line, not the 5 outliers
     assert c.model_token_s == pytest.approx(0.002) and c.cache_s == pytest.approx(1e-4)
     with pytest.raises(ValueError, match="model-drafted"):
         Costs.from_steps([s for s in steps if s["source"] != "model"])
@@ -328,8 +338,17 @@ def test_chi_square_with_cache_drafts(policy, two_caches):
     target, draft = tiny_lm(32, 2, vocab=16, seed=0), tiny_lm(16, 1, vocab=16, seed=1)
     t1 = Sampling(1.0)
     ar = [generate(target, REPEATY, 5, sampling=t1, seed=s).tokens[4] for s in range(800)]
-    sd = [generate(target, REPEATY, 5, sampling=t1, seed=10**6 + s,
-                   drafter=_hybrid(policy, target, draft, two_caches=two_caches)).tokens[4] for s in range(800)]
+    sd = [
+        generate(
+            target,
+            REPEATY,
+            5,
+            sampling=t1,
+            seed=10**6 + s,
+            drafter=_hybrid(policy, target, draft, two_caches=two_caches),
+        ).tokens[4]
+        for s in range(800)
+    ]
     assert chi2_two_sample(ar, sd).p > 1e-3
 
 
@@ -349,19 +368,19 @@ def test_payoff_predictor_learns_the_accepted_length_distribution():
     assert S.shape == (500, 8) and (S >= 0).all() and (S <= 1).all() and (np.diff(S, axis=1) <= 1e-12).all()
     assert (S[np.arange(1, 9)[None] > n[2500:, None]] == 0).all()
     truth = a[2500:, None] ** np.arange(1, 9)[None] * (np.arange(1, 9)[None] <= n[2500:, None])
-    assert np.abs(S - truth).mean() < 0.04                   # measured 0.025 (seed 0)
-    e = truth.sum(1)                                         # the expected payoff: 0.18 vs 0.79 for the mean
+    assert np.abs(S - truth).mean() < 0.04  # measured 0.025 (seed 0)
+    e = truth.sum(1)  # the expected payoff: 0.18 vs 0.79 for the mean
     assert np.abs(p.predict(X[2500:]) - e).mean() < 0.3 * np.abs(e - e.mean()).mean()
     np.testing.assert_allclose(p.predict(X[2500:]), S.sum(1))
-    longer = X[2500:2501].copy()                             # a draft longer than any in the fit logs:
-    longer[0, FEATURES.index("draft_len")] = 11              # positions beyond 8 reuse position 8's hazard
+    longer = X[2500:2501].copy()  # a draft longer than any in the fit logs:
+    longer[0, FEATURES.index("draft_len")] = 11  # positions beyond 8 reuse position 8's hazard
     SL = p.survival(longer)[0]
     assert SL.shape == (11,) and (np.diff(SL) <= 0).all()
     np.testing.assert_allclose(SL[8:] / SL[7:10], SL[7] / SL[6])
     with pytest.raises(RuntimeError, match="before fit"):
         PayoffPredictor().predict(X)
     with pytest.raises(ValueError, match="draft_len"):
-        PayoffPredictor().fit(X[:10], n[:10] + 1)                 # more accepted than drafted
+        PayoffPredictor().fit(X[:10], n[:10] + 1)  # more accepted than drafted
     with pytest.raises(ValueError, match="integer"):
         PayoffPredictor().fit(X[:10], np.full(10, 0.5))
 
@@ -383,28 +402,38 @@ def test_payoff_predictor_ignores_a_feature_constant_in_training():
 
 # --- HVD over every source: chain and tree caches together ---------------------------------------------
 
-from speclib import RestDrafter, TokenRecycling                      # noqa: E402
-from speclib.drafters.hybrid import accepted_greedy, spine            # noqa: E402
-from speclib.drafters.rest import Datastore                          # noqa: E402
+from speclib import RestDrafter, TokenRecycling  # noqa: E402
+from speclib.drafters.hybrid import accepted_greedy, spine  # noqa: E402
+from speclib.drafters.rest import Datastore  # noqa: E402
 
 
 def _every_source(policy, target, draft, reference=None, predictor=None):
     """draft: the model drafter's LM, or None (no model drafter)."""
     """Prompt lookup, the suffix tree, Token Recycling and REST (a datastore of the target's own greedy text)."""
     text = sum((generate(target, p, 40, sampling=GREEDY).tokens for p in (REPEATY, [7, 7, 2, 9])), [])
-    caches = [PromptLookupDrafter(2, 5), SuffixDrafter(max_depth=8, max_spec=6),
-              TokenRecycling(top_k=2, nodes=5, rank_accept=(0.6, 0.3)), RestDrafter(Datastore(text, 8), nodes=5)]
+    caches = [
+        PromptLookupDrafter(2, 5),
+        SuffixDrafter(max_depth=8, max_spec=6),
+        TokenRecycling(top_k=2, nodes=5, rank_accept=(0.6, 0.3)),
+        RestDrafter(Datastore(text, 8), nodes=5),
+    ]
     costs = Costs(verify_s={n: 1e-3 * (1 + 0.05 * n) for n in range(1, 20)}, model_token_s=2e-4)
-    return HybridDrafter(caches, None if draft is None else ModelDrafter(draft, 3), policy,
-                         predictor or (_fitted_predictor() if policy == "hvd" else None), costs, reference)
+    return HybridDrafter(
+        caches,
+        None if draft is None else ModelDrafter(draft, 3),
+        policy,
+        predictor or (_fitted_predictor() if policy == "hvd" else None),
+        costs,
+        reference,
+    )
 
 
 def test_tree_helpers_against_paths():
-    t = Tree([4, 5, 6, 7, 8], [-1, -1, 0, 0, 3])               # root -> 4 -> {6, 7 -> 8}, root -> 5
+    t = Tree([4, 5, 6, 7, 8], [-1, -1, 0, 0, 3])  # root -> 4 -> {6, 7 -> 8}, root -> 5
     assert spine(t) == [4, 6] and spine(Tree.chain([1, 2, 3])) == [1, 2, 3] and spine(Tree([], [])) == []
     for future, want in [([4, 7, 8, 1], 3), ([4, 6, 0], 2), ([5, 4], 1), ([9], 0), ([], 0), ([4, 7], 2)]:
         paths = [[t.tokens[j] for j in t.path_to(i)] for i in range(len(t))]
-        best = max((len(p) for p in paths if p == future[:len(p)]), default=0)
+        best = max((len(p) for p in paths if p == future[: len(p)]), default=0)
         assert accepted_greedy(t, future) == want == best
 
 
@@ -434,9 +463,9 @@ def test_without_a_model_drafter_hvd_weighs_a_cache_draft_against_a_plain_step()
     d.candidates([Tree.chain([1, 2], None, source="prompt_lookup")] + [Tree([], [])] * 3)
     X = np.stack([d.features(i, REPEATY) for i in range(4)])
     d.costs = Costs(verify_s={1: 1.0, 2: 1.4, 3: 1.6}, model_token_s=1.0)
-    assert d._choose(X, REPEATY) == (0, True) and d._keep == 2      # 1.75 / 1.6 > 1.5 / 1.4 > 1 / 1.0
+    assert d._choose(X, REPEATY) == (0, True) and d._keep == 2  # 1.75 / 1.6 > 1.5 / 1.4 > 1 / 1.0
     d.costs = Costs(verify_s={1: 1.0, 2: 1.6, 3: 1.8}, model_token_s=1.0)
-    assert d._choose(X, REPEATY) == (0, False)                      # 1.5 / 1.6 and 1.75 / 1.8 < 1: a plain step
+    assert d._choose(X, REPEATY) == (0, False)  # 1.5 / 1.6 and 1.75 / 1.8 < 1: a plain step
     for policy in ("model", "arctic"):
         with pytest.raises(ValueError, match="needs a model drafter"):
             HybridDrafter([PromptLookupDrafter(2, 5)], None, policy)
@@ -451,14 +480,16 @@ def test_hvd_verifies_a_tree_whole_at_its_expected_tokens_per_second():
     d.reset(REPEATY, GREEDY, torch.Generator())
     d.costs = Costs(verify_s={1: 1.0, 2: 1.0, 3: 1.0, 4: 1.0, 5: 1.0}, model_token_s=10.0)
     d._cache_s = 0.0
-    d.candidates([Tree.chain([1], None, source="prompt_lookup"), Tree([2, 3, 4, 5], [-1, -1, 0, 2], None, source="recycling")])
+    d.candidates(
+        [Tree.chain([1], None, source="prompt_lookup"), Tree([2, 3, 4, 5], [-1, -1, 0, 2], None, source="recycling")]
+    )
     assert d._spines == [[1], [2, 4, 5]] and d._depth == [1, 3]
     X = np.stack([d.features(i, REPEATY) for i in range(2)])
     assert X[1, FEATURES.index("draft_len")] == 3 and X[1, FEATURES.index("nodes")] == 4
     assert X[1, FEATURES.index("recycling_source")] == 1 and X[0, FEATURES.index("recycling_source")] == 0
     # the chain: (1 + 0.5) / 1.0; the tree: (1 + 0.5 + 0.25 + 0.125) / verify(5) = 1.875
     assert d._choose(X, REPEATY) == (1, True) and d._keep is None
-    d.costs.verify_s[5] = 1.5                                # now 1.25 < 1.5: the chain wins
+    d.costs.verify_s[5] = 1.5  # now 1.25 < 1.5: the chain wins
     assert d._choose(X, REPEATY) == (0, True) and d._keep == 1
 
 
@@ -473,13 +504,15 @@ def test_chi_square_hvd_over_every_source():
     for s in range(800):
         runs.append(generate(target, REPEATY, 5, sampling=t1, seed=10**6 + s, drafter=d))
         verified |= {s["cache_source"] for s in d.log if s["source"] == "cache"}
-    assert {"recycling", "rest"} <= verified                # trees were verified, not only chains
+    assert {"recycling", "rest"} <= verified  # trees were verified, not only chains
     assert chi2_two_sample(ar, [r.tokens[4] for r in runs]).p > 1e-3
 
 
 def test_feature_matrix_fills_the_tree_columns_of_older_logs():
     import pandas as pd
+
     from speclib.drafters.hybrid import feature_matrix
+
     old = pd.DataFrame([{f: float(i + j) for j, f in enumerate(FEATURES[:12])} for i in range(3)])
     X = feature_matrix(old)
     assert X.shape == (3, len(FEATURES)) and (X[:, :12] == old.to_numpy()).all()
@@ -492,12 +525,17 @@ def test_feature_matrix_fills_the_tree_columns_of_older_logs():
 def test_cache_drafters_describe_their_drafts_for_hvd():
     """Every shipped cache drafter is a `ScoredDrafter` once reset (HVD reads `last`, no name probes);
     prompt lookup's description is what HVD assumed before it had one: its length as score, certain tokens."""
-    from speclib.core.protocols import ScoredDrafter
     from speclib import Lookahead
+    from speclib.core.protocols import ScoredDrafter
+
     target = tiny_lm(32, 2, vocab=16, seed=0)
     text = generate(target, REPEATY, 40, sampling=GREEDY).tokens
-    for d in (PromptLookupDrafter(2, 5), SuffixDrafter(max_depth=8, max_spec=6), TokenRecycling(top_k=2, nodes=3),
-              RestDrafter(Datastore(text, 8), nodes=3)):
+    for d in (
+        PromptLookupDrafter(2, 5),
+        SuffixDrafter(max_depth=8, max_spec=6),
+        TokenRecycling(top_k=2, nodes=3),
+        RestDrafter(Datastore(text, 8), nodes=3),
+    ):
         d.check_compatible(target)
         d.reset(REPEATY, GREEDY, torch.Generator())
         assert isinstance(d, ScoredDrafter), type(d).__name__
@@ -510,4 +548,4 @@ def test_cache_drafters_describe_their_drafts_for_hvd():
     assert pl.draft([9, 8]).tokens == [] and pl.last["match_len"] == 0
     la = Lookahead()
     la.reset(REPEATY, GREEDY, torch.Generator())
-    assert not isinstance(la, ScoredDrafter)          # HVD gives it default features
+    assert not isinstance(la, ScoredDrafter)  # HVD gives it default features

@@ -1,8 +1,9 @@
 """speclib.research.chat_data: the instructions a pretrained target answers to make its drafts' training data."""
+
 import pytest
 
-from speclib.research import chat_data, spec_bench
 from speclib.lms.head import token_counts
+from speclib.research import chat_data, spec_bench
 
 
 def test_instructions_are_deterministic_varied_and_split_by_file():

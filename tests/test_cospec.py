@@ -1,19 +1,17 @@
 """CoSpec (notebook 04): the arbiter, the batched arbitration process, branch labels, policy training,
 and the arithmetic task's generator against an independent evaluator."""
+
 import random
 
 import pytest
 import torch
 
 import speclib
-from speclib import Sampling
+from speclib import Sampling, generate
 from speclib.acceptors import cospec
-from speclib.research import cospec_rollouts, cospec_training
-from speclib.research import data
-from speclib import generate
 from speclib.acceptors.cospec import FEATURES, Arbiter, Fuzzy, Policy, Typical
 from speclib.drafters import ModelDrafter
-
+from speclib.research import cospec_rollouts, cospec_training, data
 
 PROMPTS = [[3, 1, 4, 1, 5], [9, 2, 6], [5, 3, 5, 8, 9, 7, 9], [2, 7]]
 
@@ -50,7 +48,7 @@ def test_batched_arbitration_equals_the_sd_loop(pair, k):
         torch.testing.assert_close(torch.stack([x for x, _ in arb.log]), row["feats"], atol=1e-4, rtol=1e-4)
         assert g.stats.target_calls == row["target_calls"]
         kept_total += int(row["kept"].sum())
-    assert 0 < kept_total < sum(len(r["kept"]) for r in rows)     # the test exercised both decisions
+    assert 0 < kept_total < sum(len(r["kept"]) for r in rows)  # the test exercised both decisions
 
 
 def test_draft_none_is_target_greedy(pair):
@@ -96,12 +94,13 @@ def test_branch_labels_on_a_hand_checkable_case():
 
 
 def test_rules():
-    p = torch.tensor([[0.6, 0.3, 0.1]]); q = torch.tensor([[0.2, 0.7, 0.1]])
+    p = torch.tensor([[0.6, 0.3, 0.1]])
+    q = torch.tensor([[0.2, 0.7, 0.1]])
     x = cospec.features(p, q, torch.tensor([0]), torch.tensor([1]), 0, 5, 1.0)
     assert x.shape == (1, len(FEATURES))
     h = -(p * p.log()).sum()
     assert float(Typical(0.3, 0.5)(x)[0]) == float(0.3 > min(0.3, 0.5 * torch.exp(-h)))
-    assert Typical(0.9, 0.9)(x)[0] == 0          # 0.3 is below min(0.9, 0.9 e^-H)
+    assert Typical(0.9, 0.9)(x)[0] == 0  # 0.3 is below min(0.9, 0.9 e^-H)
     jsd = float(x[0, FEATURES.index("jsd")])
     assert Fuzzy(jsd + 1e-3)(x)[0] == 1 and Fuzzy(jsd - 1e-3)(x)[0] == 0
     assert float(x[0, FEATURES.index("margin_p")]) == pytest.approx(0.3)
@@ -121,7 +120,10 @@ def test_policy_training_reduces_loss_on_a_fixed_batch():
     losses = []
     for _ in range(20):
         loss = cospec_training.grpo_loss(pol, feats, kept, adv)
-        opt.zero_grad(); loss.backward(); opt.step(); losses.append(loss.item())
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
     assert losses[-1] < losses[0]
 
 
@@ -150,7 +152,9 @@ def test_arbiter_refuses_trees_and_missing_logits():
 
 def test_policies_survive_a_parquet_round_trip(tmp_path):
     import pandas as pd
+
     from speclib.acceptors.cospec import FEATURES, Policy, policies_from_table, policies_table
+
     torch.manual_seed(0)
     pols = {"judge": Policy(hidden=0), "arbiter": Policy(hidden=5)}
     pols["arbiter"].standardize_on(torch.randn(20, len(FEATURES)))

@@ -10,6 +10,7 @@ Statistical tests: two-sample chi-square at alpha = 1e-3 on fixed seeds, i.e. a 
 rate per assertion under the null (lossless drafting); with the seeds fixed the outcome is the same
 on every run.
 """
+
 import numpy as np
 import pytest
 import torch
@@ -17,12 +18,11 @@ from conftest import tiny_lm
 from transformers import Qwen3_5ForCausalLM
 
 import speclib
-from speclib import FeatureDrafter, FeatureLM, Sampling
-from speclib import generate
+from speclib import FeatureDrafter, FeatureLM, Sampling, generate
 from speclib.drafters import frequent_tokens
 from speclib.lms.head import load_head, new_head, save_head
-from speclib.research.heads import fit, target_pass, unrolled_loss, unrolled_states
 from speclib.lms.hybrid import HybridLM, tiny_config
+from speclib.research.heads import fit, target_pass, unrolled_loss, unrolled_states
 from speclib.research.stats import chi2_two_sample
 
 GREEDY, T1 = Sampling(0.0), Sampling(1.0)
@@ -44,8 +44,21 @@ def hybrid_target():
 def trained_head(target, steps=300, state_dir=None):
     head = new_head(target, "tiny")
     stream = np.random.default_rng(0).integers(0, target.vocab_size, 20000).astype(np.int16)
-    fit(target, head, stream, stream[:2000], state_dir, steps=steps, batch=4, seq=32, lr=3e-3,
-        autocast=False, eval_every=10**6, n_eval=4, log=lambda m: None)
+    fit(
+        target,
+        head,
+        stream,
+        stream[:2000],
+        state_dir,
+        steps=steps,
+        batch=4,
+        seq=32,
+        lr=3e-3,
+        autocast=False,
+        eval_every=10**6,
+        n_eval=4,
+        log=lambda m: None,
+    )
     return head.eval()
 
 
@@ -79,15 +92,19 @@ def test_features_equal_a_fresh_forward(kind):
     L = lm.num_layers
     layers = (0, 1, L)
     with pytest.raises(RuntimeError, match="record_features"):
-        lm.reset([1, 2]); lm.committed_features()
+        lm.reset([1, 2])
+        lm.committed_features()
     lm.record_features(layers)
     seq = [3, 1, 4, 1, 5]
     lm.reset(seq)
-    lm.extend([9, 2, 6], [-1, 0, 1]); lm.commit([0, 1])                 # chain, partial accept
+    lm.extend([9, 2, 6], [-1, 0, 1])
+    lm.commit([0, 1])  # chain, partial accept
     seq += [9, 2]
-    lm.extend([7, 8, 10, 11], [-1, -1, 1, 2]); lm.commit([1, 2])         # tree: second sibling's path
+    lm.extend([7, 8, 10, 11], [-1, -1, 1, 2])
+    lm.commit([1, 2])  # tree: second sibling's path
     seq += [8, 10]
-    lm.extend([12], [-1]); lm.commit([0])
+    lm.extend([12], [-1])
+    lm.commit([0])
     seq += [12]
     want = fresh_hidden(lm, seq, layers)
     tol = dict(atol=1e-4, rtol=1e-4)
@@ -96,7 +113,7 @@ def test_features_equal_a_fresh_forward(kind):
     assert lm.committed_features(0).shape == (len(seq), len(layers) * lm.hidden_size)
     with pytest.raises(ValueError, match="feature layers"):
         lm.record_features((L + 1,))
-    lm.record_features(None)                                              # off again: plain decoding
+    lm.record_features(None)  # off again: plain decoding
     lm.reset(seq)
     with pytest.raises(RuntimeError, match="record_features"):
         lm.committed_features()
@@ -107,10 +124,11 @@ def test_head_drafts_as_it_was_trained(llama):
     unrolled training computation's for the same anchor and tokens."""
     target, _, head = llama
     x = torch.tensor([[7, 3, 9, 1, 4, 1, 5, 9, 2, 6, 5, 3]])
-    states = unrolled_states(head, target.frozen_parts()[0], x,
-                             target_pass(target.model, x, head.feature_layers, autocast=False)[0], 3)
+    states = unrolled_states(
+        head, target.frozen_parts()[0], x, target_pass(target.model, x, head.feature_layers, autocast=False)[0], 3
+    )
     _, norm, lm_head = target.frozen_parts()
-    c = 6                                                      # anchor slot: (f_5, t_6)
+    c = 6  # anchor slot: (f_5, t_6)
     d = FeatureDrafter(target, head, k=3)
     target.reset(x[0, :c].tolist())
     d.lm.reset(x[0, :c].tolist())
@@ -131,12 +149,15 @@ def test_truncated_vocab_training_is_the_renormalized_full_objective(llama):
     feats, top, logp = target_pass(target.model, x, layers, autocast=False)
     rows = torch.tensor([0, 3, 5, 9, 17, 40, target.vocab_size - 1])
     f_r, top_r, logp_r = target_pass(target.model, x, layers, autocast=False, rows=rows)
-    torch.testing.assert_close(f_r, feats); torch.testing.assert_close(top_r, top)
+    torch.testing.assert_close(f_r, feats)
+    torch.testing.assert_close(top_r, top)
     torch.testing.assert_close(logp_r, torch.log_softmax(logp[..., rows], -1), atol=1e-5, rtol=1e-5)
     every = torch.arange(target.vocab_size)
     with torch.no_grad():
         full, ces, agree = unrolled_loss(head, parts, x, feats, top, logp, 3)
-        same, ces2, agree2 = unrolled_loss(head, parts, x, *target_pass(target.model, x, layers, False, every), 3, every)
+        same, ces2, agree2 = unrolled_loss(
+            head, parts, x, *target_pass(target.model, x, layers, False, every), 3, every
+        )
         sub = unrolled_loss(head, parts, x, f_r, top_r, logp_r, 3, rows)[0]
     torch.testing.assert_close(same, full, atol=1e-5, rtol=1e-5)
     assert np.allclose(ces2, ces, atol=1e-5) and agree2 == agree
@@ -147,7 +168,7 @@ def test_truncated_vocab_training_is_the_renormalized_full_objective(llama):
 @pytest.mark.parametrize("tree", [None, 8], ids=["chain", "tree"])
 @pytest.mark.parametrize("kind", ["fast", "hf", "hybrid"])
 def test_greedy_sd_equals_ar(llama, hybrid, kind, tree):
-    target, head = (hybrid if kind == "hybrid" else (llama[0 if kind == "fast" else 1], llama[2]))
+    target, head = hybrid if kind == "hybrid" else (llama[0 if kind == "fast" else 1], llama[2])
     d = FeatureDrafter(target, head, k=4, tree=tree)
     accepted = 0
     for p in PROMPTS:
@@ -155,7 +176,7 @@ def test_greedy_sd_equals_ar(llama, hybrid, kind, tree):
         sd = generate(target, p, 30, drafter=d, sampling=GREEDY)
         assert sd.tokens == ar
         accepted += sum(s["accepted"] for s in sd.stats.steps)
-    assert accepted > 0                                        # accepted paths and partial commits exercised
+    assert accepted > 0  # accepted paths and partial commits exercised
 
 
 class Recording(FeatureDrafter):
@@ -190,13 +211,19 @@ def test_chi_square_ar_vs_feature_sd(llama, tree):
     d = FeatureDrafter(target, head, k=3, tree=tree)
 
     def token_at(drafter, seed0, acceptor=None):
-        return [generate(target, [3, 1, 4], 5, drafter=drafter, sampling=T1, seed=seed0 + s,
-                         acceptor=acceptor).tokens[4] for s in range(800)]
+        return [
+            generate(target, [3, 1, 4], 5, drafter=drafter, sampling=T1, seed=seed0 + s, acceptor=acceptor).tokens[4]
+            for s in range(800)
+        ]
+
     ar = token_at(None, 0)
     assert chi2_two_sample(ar, token_at(d, 10**6)).p > 1e-3
 
-    def accept_first(t, p, greedy, gen):          # keeps the first drafted node whatever p says: not lossless
-        return ([0], speclib.core.sampling.sample(p[1], gen)) if len(t) else ([], speclib.core.sampling.sample(p[0], gen))
+    def accept_first(t, p, greedy, gen):  # keeps the first drafted node whatever p says: not lossless
+        return (
+            ([0], speclib.core.sampling.sample(p[1], gen)) if len(t) else ([], speclib.core.sampling.sample(p[0], gen))
+        )
+
     assert chi2_two_sample(ar, token_at(d, 10**6, accept_first)).p < 1e-3
 
 
@@ -214,7 +241,7 @@ def test_truncated_vocab_scores_are_the_full_heads_rows(llama):
     mask = torch.ones(target.vocab_size, dtype=torch.bool)
     mask[rows] = False
     assert torch.isinf(got[:, mask]).all() and (got[:, mask] < 0).all()
-    assert frequent_tokens(torch.tensor([3, 9, 3, 0, 9]), 3).tolist() == [0, 1, 4]   # 9, 9, then the first 3
+    assert frequent_tokens(torch.tensor([3, 9, 3, 0, 9]), 3).tolist() == [0, 1, 4]  # 9, 9, then the first 3
     assert frequent_tokens(torch.tensor([1, 0, 2, 2]), 2).tolist() == [2, 3]
 
 
@@ -227,7 +254,7 @@ def test_truncated_vocab_stays_lossless(llama, tree):
     ar_runs = [generate(target, p, 30, sampling=GREEDY).tokens for p in PROMPTS]
     picked = sorted({t for r in ar_runs for t in r})
     vocab = [t for t in range(target.vocab_size) if t % 2 == 0]
-    assert set(picked) - set(vocab)                             # some target tokens cannot be drafted
+    assert set(picked) - set(vocab)  # some target tokens cannot be drafted
     d = FeatureDrafter(target, head, k=3, tree=tree, vocab=vocab)
     accepted = 0
     for p, ar in zip(PROMPTS, ar_runs):
@@ -250,12 +277,12 @@ def test_bad_inputs(llama):
     for bad in (dict(k=0), dict(k=-1), dict(k=2.0), dict(tree=0), dict(tree=-3), dict(top=0)):
         with pytest.raises(ValueError, match=next(iter(bad))):
             FeatureDrafter(target, head, **bad)
-    other = llama_target("fast", seed=5)                       # same shapes, other weights
+    other = llama_target("fast", seed=5)  # same shapes, other weights
     with pytest.raises(ValueError, match="trained for 'tiny'"):
         FeatureDrafter(other, head)
     d = FeatureDrafter(target, head)
     with pytest.raises(ValueError, match="built with"):
-        generate(hf, [1, 2], 5, drafter=d)                     # features come from the drafter's own target
+        generate(hf, [1, 2], 5, drafter=d)  # features come from the drafter's own target
     wrapped = speclib.StatefulLM(target.model, None, torch.device("cpu"))
     assert not isinstance(wrapped, FeatureLM)
     with pytest.raises(ValueError, match="FeatureLM"):
@@ -271,7 +298,7 @@ def test_save_load_round_trip(llama, tmp_path):
     back = load_head(tmp_path / "h")
     assert back.config == head.config and back.feature_layers == head.feature_layers
     for (name, a), (_, b) in zip(head.state_dict().items(), back.state_dict().items()):
-        assert torch.equal(a.to(torch.bfloat16).float(), b), name           # stored in bf16
+        assert torch.equal(a.to(torch.bfloat16).float(), b), name  # stored in bf16
     assert "tiny" not in speclib.checkpoints()
     ar = generate(target, [1, 2, 3], 20, sampling=GREEDY).tokens
     assert generate(target, [1, 2, 3], 20, drafter=FeatureDrafter(target, back, k=3), sampling=GREEDY).tokens == ar
@@ -287,7 +314,7 @@ def test_training_reduces_loss_and_resumes(tmp_path):
     ce = [e["ce"][0] for e in st["evals"]]
     assert st["step"] == 80 and (tmp_path / "state.pt").exists()
     st0 = fit(target, new_head(target, "tiny"), stream, stream[:1000], tmp_path / "fresh", steps=1, **kw)
-    assert ce[-1] < st0["evals"][0]["ce"][0] - 0.1             # trained vs one step from initialisation
+    assert ce[-1] < st0["evals"][0]["ce"][0] - 0.1  # trained vs one step from initialisation
     again = new_head(target, "tiny")
     st2 = fit(target, again, stream, stream[:1000], tmp_path, steps=90, **kw)
     assert any("resumed at step 80" in m for m in logs) and st2["step"] == 90 and st2["tokens"] == 90 * 4 * 32
@@ -297,7 +324,8 @@ def test_frozen_parts_finds_each_architectures_final_norm():
     """The final norm under the names transformers uses (Llama `norm`, GPT-2 `ln_f`), and a clear error
     for a model that has none of them."""
     from speclib.lms.lm import HFLM
-    from speclib.research.support import tiny_model
+    from speclib.workbook.support import tiny_model
+
     for family, name in [("llama", "norm"), ("gpt2", "ln_f")]:
         model = tiny_model(family)
         embed, norm, lm_head = HFLM(model, None, "cpu").frozen_parts()

@@ -3,12 +3,11 @@ import math
 
 import pytest
 import torch
+from conftest import accepted, needs_shipped, noisy_copy, tiny_lm
 
 import speclib
-from speclib import ModelDrafter, Sampling
-from speclib import generate
+from speclib import ModelDrafter, Sampling, generate
 from speclib.research.stats import chi2_two_sample, greedy_identity
-from conftest import accepted, needs_shipped, noisy_copy, tiny_lm
 
 GREEDY = Sampling(0.0)
 
@@ -32,18 +31,18 @@ def test_greedy_sd_equals_ar_tiny(pair, k):
 @pytest.mark.parametrize("n", [1, 2, 7, 13])
 def test_stops_exactly_at_max_new_tokens(n):
     target = tiny_lm()
-    same = tiny_lm()          # identical weights: every draft token is accepted, blocks of k + 1
+    same = tiny_lm()  # identical weights: every draft token is accepted, blocks of k + 1
     for k in (1, 4):
         out = generate(target, [1, 2], n, drafter=ModelDrafter(same, k), sampling=Sampling(1.0), seed=3)
         assert len(out.tokens) == n
-        if n > 1:                 # n == 1: the prefill's token alone, no verify pass
+        if n > 1:  # n == 1: the prefill's token alone, no verify pass
             assert out.stats.acceptance_rate == 1.0
 
 
 def test_stops_at_eos_inside_an_accepted_block():
     target, same = tiny_lm(), tiny_lm()
     ref = generate(target, [1, 2], 40, sampling=GREEDY).tokens
-    eos = ref[6]                                  # an EOS that lands inside a block of k + 1 = 5
+    eos = ref[6]  # an EOS that lands inside a block of k + 1 = 5
     want = ref[: ref.index(eos) + 1]
     sd = generate(target, [1, 2], 40, drafter=ModelDrafter(same, 4), sampling=GREEDY, eos_token_id=eos)
     ar = generate(target, [1, 2], 40, sampling=GREEDY, eos_token_id=eos)
@@ -51,12 +50,17 @@ def test_stops_at_eos_inside_an_accepted_block():
 
 
 def _token_at(target, drafter, pos, n_runs, sampling, seed0=0, acceptor=None):
-    return [generate(target, [3, 1, 4], pos + 1, drafter=drafter, sampling=sampling, seed=seed0 + s,
-                     acceptor=acceptor).tokens[pos] for s in range(n_runs)]
+    return [
+        generate(
+            target, [3, 1, 4], pos + 1, drafter=drafter, sampling=sampling, seed=seed0 + s, acceptor=acceptor
+        ).tokens[pos]
+        for s in range(n_runs)
+    ]
 
 
 class AcceptAll:
     """A wrong rule (keeps every draft token): the chi-square test must catch it."""
+
     def __call__(self, tree, p, greedy, gen):
         return list(range(len(tree))), speclib.core.sampling.sample(p[len(tree)], gen)
 
@@ -70,7 +74,7 @@ def test_chi_square_ar_vs_sd(pair, sampling):
     ar = _token_at(target, None, 4, n, sampling)
     sd = _token_at(target, ModelDrafter(draft, 3), 4, n, sampling, seed0=10**6)
     assert chi2_two_sample(ar, sd).p > 1e-3
-    if sampling.top_k == 0:   # negative control: the same test rejects a rule that is not lossless
+    if sampling.top_k == 0:  # negative control: the same test rejects a rule that is not lossless
         bad = _token_at(target, ModelDrafter(draft, 3), 4, n, sampling, seed0=10**6, acceptor=AcceptAll())
         assert chi2_two_sample(ar, bad).p < 1e-3
 
@@ -97,7 +101,7 @@ def test_acceptor_is_checked_before_any_state_changes(pair):
     d = ModelDrafter(draft, 2)
     with pytest.raises(TypeError, match="acceptor must implement speclib.core.protocols.Acceptor, got str"):
         generate(target, [1], 5, drafter=d, acceptor="lossless")
-    assert target.n_committed == 3 and not hasattr(d, "fed")       # neither target nor drafter was reset
+    assert target.n_committed == 3 and not hasattr(d, "fed")  # neither target nor drafter was reset
 
 
 def test_stats_count_accepted_positions():
@@ -107,18 +111,26 @@ def test_stats_count_accepted_positions():
         acc = [s["accepted"] for s in st.steps]
         assert st.accepted_at == [sum(a > j for a in acc) for j in range(k)]
         assert st.target_calls == len(st.steps) and st.batch_seconds is None
-        if d is None:                       # no drafts: no mean acceptance length (as no acceptance rate)
+        if d is None:  # no drafts: no mean acceptance length (as no acceptance rate)
             assert math.isnan(st.mean_accepted_length) and math.isnan(st.acceptance_rate)
-        else:                               # vLLM's: tokens per verify step, the bonus / correction included
+        else:  # vLLM's: tokens per verify step, the bonus / correction included
             assert st.mean_accepted_length == pytest.approx(1 + sum(acc) / len(acc))
             assert st.accepted_at == sorted(st.accepted_at, reverse=True) and st.accepted_at[0] > 0
-    assert set(dataclasses.asdict(st)) >= {"steps", "new_tokens", "target_calls", "acceptance_rate",
-                                           "tokens_per_call", "seconds", "tokens_per_s"}
+    assert set(dataclasses.asdict(st)) >= {
+        "steps",
+        "new_tokens",
+        "target_calls",
+        "acceptance_rate",
+        "tokens_per_call",
+        "seconds",
+        "tokens_per_s",
+    }
 
 
 @needs_shipped
 def test_tokenizer_mismatch(shipped):
     from transformers import AutoTokenizer
+
     target, draft = shipped
     other = speclib.load("code-draft")
     other.tokenizer = AutoTokenizer.from_pretrained(speclib.lms.lm.CHECKPOINTS / "code-draft")
@@ -138,9 +150,10 @@ def test_greedy_identity_shipped_models(shipped):
         ar.append(generate(target, ids, 24, sampling=GREEDY).tokens)
         sd_runs.append(generate(target, ids, 24, drafter=ModelDrafter(draft, 4), sampling=GREEDY))
         sd.append(sd_runs[-1].tokens)
-        out = target.model.generate(torch.tensor([ids]), max_new_tokens=24, do_sample=False,
-                                    pad_token_id=target.eos_token_id)
-        hf.append(out[0, len(ids):].tolist())
+        out = target.model.generate(
+            torch.tensor([ids]), max_new_tokens=24, do_sample=False, pad_token_id=target.eos_token_id
+        )
+        hf.append(out[0, len(ids) :].tolist())
     assert greedy_identity(ar, sd).all_identical
-    assert sum(accepted(g) for g in sd_runs) >= 10        # measured: 45 of 108 draft tokens accepted
+    assert sum(accepted(g) for g in sd_runs) >= 10  # measured: 45 of 108 draft tokens accepted
     assert greedy_identity(ar, hf).all_identical

@@ -6,6 +6,7 @@ implementation independent of ours. Tolerance 1e-4 on logits whose spread is O(1
 The random weights are perturbed so every part counts: non-trivial norm weights, and slow decays
 (A in [0.05, 1]) so that tokens several steps back still move the GDN state.
 """
+
 import random
 
 import pytest
@@ -13,8 +14,8 @@ import torch
 from conftest import spread_hybrid
 from transformers import Qwen3_5ForCausalLM
 
-from speclib.lms.hybrid import STRATEGIES, HybridLM, extend_batch, tiny_config
 from speclib.core.tree import path_to
+from speclib.lms.hybrid import STRATEGIES, HybridLM, extend_batch, tiny_config
 
 TOL = 1e-4
 V = 64
@@ -33,12 +34,12 @@ def ref_logits(model, seq) -> torch.Tensor:
     return model(input_ids=torch.tensor([list(seq)]), use_cache=False).logits[0].float()
 
 
-@pytest.mark.parametrize("n", [1, 3, 17, 70])       # 70 crosses the 64-token prefill chunk
+@pytest.mark.parametrize("n", [1, 3, 17, 70])  # 70 crosses the 64-token prefill chunk
 def test_prefill_matches_transformers(model, n):
     g = torch.Generator().manual_seed(n)
     ids = torch.randint(0, V, (n,), generator=g).tolist()
     ref = ref_logits(model, ids)
-    assert ref[-1].std() > 0.3                       # logits are O(1): 1e-4 is a real test
+    assert ref[-1].std() > 0.3  # logits are O(1): 1e-4 is a real test
     ours = HybridLM(model, None, "cpu").reset(ids)
     assert ours.shape == (V,)
     assert (ours - ref[-1]).abs().max() < TOL
@@ -48,7 +49,7 @@ def test_prefill_matches_transformers(model, n):
 def test_token_by_token_decode(model, strategy):
     rng = random.Random(1)
     seq = [rng.randrange(V) for _ in range(20)]
-    ref = ref_logits(model, seq)                     # causal: row t = logits after seq[:t + 1]
+    ref = ref_logits(model, seq)  # causal: row t = logits after seq[:t + 1]
     lm = HybridLM(model, None, "cpu", strategy=strategy)
     errs = [(lm.reset(seq[:4]) - ref[3]).abs().max()]
     for t in range(4, len(seq)):
@@ -78,11 +79,11 @@ def test_random_trees(model, strategy):
     sensitivity = 0.0
     for _ in range(3):
         tokens, parents = [], []
-        for e in range(3):                           # several extends, attaching anywhere in the forest
+        for e in range(3):  # several extends, attaching anywhere in the forest
             n = rng.randint(1, 5)
             new_par = [rng.randint(-1, len(parents) + i - 1) for i in range(n)]
             if e == 0 and n >= 2:
-                new_par[:2] = [-1, -1]               # at least two roots
+                new_par[:2] = [-1, -1]  # at least two roots
             new_tok = [rng.randrange(V) for _ in range(n)]
             first = len(tokens)
             tokens += new_tok
@@ -91,18 +92,18 @@ def test_random_trees(model, strategy):
             assert out.shape == (n, V)
             _check_nodes(model, lm, committed, tokens, parents, out, first)
             deep = max(range(first, len(tokens)), key=lambda j: len(path_to(parents, j)))
-            if len(path_to(parents, deep)) > 1:      # the same token without its ancestors: must differ
+            if len(path_to(parents, deep)) > 1:  # the same token without its ancestors: must differ
                 alone = ref_logits(model, committed + [tokens[deep]])[-1]
                 sensitivity = max(sensitivity, float((out[deep - first] - alone).abs().max()))
         pending = [st for st in lm.gdn.values()]
-        if strategy == "closed_form":                # factors per node, never a state per node
+        if strategy == "closed_form":  # factors per node, never a state per node
             assert all(st.k.shape[1] == len(tokens) and not st.states for st in pending)
         else:
             assert all(len(st.states) == len(tokens) for st in pending)
         path = path_to(parents, rng.randrange(len(tokens)))
         lm.commit(path)
         committed += [tokens[j] for j in path]
-    assert sensitivity > 100 * TOL                   # the comparison can fail
+    assert sensitivity > 100 * TOL  # the comparison can fail
     # After three commits, one more step still matches.
     out = lm.extend([5], [-1])
     assert (out[0] - ref_logits(model, committed + [5])[-1]).abs().max() < TOL
@@ -115,13 +116,12 @@ def test_replay_chains(model):
     lm.reset(committed)
     for keep_rule in ("partial", "all", "none"):
         tokens = []
-        for _ in range(2):                           # a draft chain grown over two extends
+        for _ in range(2):  # a draft chain grown over two extends
             n = rng.randint(2, 4)
             new_tok = [rng.randrange(V) for _ in range(n)]
             new_par = list(range(len(tokens) - 1, len(tokens) + n - 1))
             out = lm.extend(new_tok, new_par)
-            _check_nodes(model, lm, committed, tokens + new_tok, list(range(-1, len(tokens) + n - 1)),
-                         out, len(tokens))
+            _check_nodes(model, lm, committed, tokens + new_tok, list(range(-1, len(tokens) + n - 1)), out, len(tokens))
             tokens += new_tok
         m = {"partial": rng.randint(1, len(tokens) - 1), "all": len(tokens), "none": 0}[keep_rule]
         lm.commit(list(range(m)))
@@ -132,7 +132,7 @@ def test_replay_chains(model):
     with pytest.raises(ValueError, match="closed_form"):
         lm.extend([1, 2], [-1, -1])
     with pytest.raises(ValueError, match="closed_form"):
-        lm.extend([1], [-1])                         # a second root beside pending node 0
+        lm.extend([1], [-1])  # a second root beside pending node 0
     out = lm.extend([4], [0])
     assert (out[0] - ref_logits(model, committed + [9, 4])[-1]).abs().max() < TOL
 
@@ -149,14 +149,14 @@ def test_bad_input(model, strategy):
     committed = [3, 1, 4]
     lm.reset(committed)
     with pytest.raises(ValueError, match="topological"):
-        lm.extend([1, 2], [-1, 1])                   # a node its own parent
+        lm.extend([1, 2], [-1, 1])  # a node its own parent
     with pytest.raises(ValueError, match="topological"):
-        lm.extend([1], [0])                          # no pending node 0 yet
+        lm.extend([1], [0])  # no pending node 0 yet
     with pytest.raises(ValueError, match="as many parents"):
         lm.extend([1, 2], [-1])
     with pytest.raises(ValueError, match="token ids"):
         lm.extend([V], [-1])
-    out = lm.extend([7, 8], [-1, 0])                 # the failed calls left nothing behind
+    out = lm.extend([7, 8], [-1, 0])  # the failed calls left nothing behind
     ref = ref_logits(model, committed + [7, 8])
     assert (out - ref[-2:]).abs().max() < TOL
     for bad in ([1], [0, 0], [2], [-1]):
@@ -179,14 +179,15 @@ def test_extend_batch_equals_separate_extends(model):
         assert (lm.reset(p) - s.reset(p)).abs().max() == 0
     for step in range(3):
         toks = [[rng.randrange(V) for _ in range(n)] for n in (4, 1, 3)]
-        pars = [[-1, -1, 0, 2], [-1], [-1, 0, 1]]    # a forest, one node, a chain (replay)
+        pars = [[-1, -1, 0, 2], [-1], [-1, 0, 1]]  # a forest, one node, a chain (replay)
         together = extend_batch(lms, toks, pars)
-        for lm, s, t, p, out in zip(lms, solo, toks, pars, together):
+        for s, t, p, out in zip(solo, toks, pars, together):
             assert out.shape == (len(t), V)
-            assert (out - s.extend(t, p)).abs().max() < TOL      # float32 GEMMs block differently
+            assert (out - s.extend(t, p)).abs().max() < TOL  # float32 GEMMs block differently
         paths = [[0, 2], [0] if step else [], list(range(step % 3 + 1))]
         for lm, s, path in zip(lms, solo, paths):
-            lm.commit(path); s.commit(path)
+            lm.commit(path)
+            s.commit(path)
     with pytest.raises(ValueError, match="own HybridLM"):
         extend_batch([lms[0], lms[0]], [[1], [2]], [[-1], [-1]])
     other = HybridLM(Qwen3_5ForCausalLM(tiny_config()).eval(), None, "cpu")
@@ -205,6 +206,7 @@ def test_skip_attention_is_the_linear_subgraph(model):
     """skip_attention=True equals transformers' forward of the same model with its full-attention
     decoder layers removed (the self-speculative draft of component-aware speculation)."""
     import copy
+
     ablated = copy.deepcopy(model)
     keep = [i for i, t in enumerate(model.config.layer_types) if t == "linear_attention"]
     ablated.model.layers = torch.nn.ModuleList(ablated.model.layers[i] for i in keep)
@@ -218,7 +220,7 @@ def test_skip_attention_is_the_linear_subgraph(model):
     assert lm.kv == {} or lm.kv is None
     assert (lm.reset(committed) - ref_logits(ablated, committed)[-1]).abs().max() < TOL
     full = HybridLM(model, None, "cpu").reset(committed)
-    assert (lm.reset(committed) - full).abs().max() > 100 * TOL     # skipping the layers matters
+    assert (lm.reset(committed) - full).abs().max() > 100 * TOL  # skipping the layers matters
     tokens, parents = [4, 9, 2, 6], [-1, 0, 0, 2]
     out = lm.extend(tokens, parents)
     _check_nodes(ablated, lm, committed, tokens, parents, out, 0)

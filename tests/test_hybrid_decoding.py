@@ -4,14 +4,14 @@ component-aware self-speculation, batched verification, and speclib.load's dispa
 Models are random tiny ones (vocab 64): a Qwen3.5 text target (3 GDN + 1 attention layer) and a
 tiny Llama draft. Statistical tests: two-sample chi-square at alpha = 1e-3 on fixed seeds (0.1%
 false-positive rate per assertion under the null)."""
+
 import pytest
 import torch
 from conftest import tiny_lm
 from transformers import Qwen3_5ForCausalLM
 
 import speclib
-from speclib import ModelDrafter, Sampling, SelfDrafter, TreeDrafter, generate_batch
-from speclib import generate
+from speclib import ModelDrafter, Sampling, SelfDrafter, TreeDrafter, generate, generate_batch
 from speclib.lms.hybrid import HybridLM, tiny_config
 from speclib.research.stats import chi2_two_sample
 
@@ -30,13 +30,16 @@ def draft():
     return tiny_lm(16, 1, seed=1)
 
 
-@pytest.mark.parametrize("strategy,drafter", [
-    ("closed_form", lambda d: TreeDrafter(d, branching=(3, 2, 1))),
-    ("closed_form", lambda d: TreeDrafter(d, budget=10, depth=4, top=3)),
-    ("materialize", lambda d: TreeDrafter(d, branching=(2, 2, 2))),
-    ("replay", lambda d: ModelDrafter(d, 4)),
-    ("replay", "self"),                          # the target as its own draft: every block accepted
-])
+@pytest.mark.parametrize(
+    "strategy,drafter",
+    [
+        ("closed_form", lambda d: TreeDrafter(d, branching=(3, 2, 1))),
+        ("closed_form", lambda d: TreeDrafter(d, budget=10, depth=4, top=3)),
+        ("materialize", lambda d: TreeDrafter(d, branching=(2, 2, 2))),
+        ("replay", lambda d: ModelDrafter(d, 4)),
+        ("replay", "self"),  # the target as its own draft: every block accepted
+    ],
+)
 def test_greedy_sd_equals_ar(target, draft, strategy, drafter):
     lm = target.view(strategy=strategy)
     accepted = 0
@@ -48,7 +51,7 @@ def test_greedy_sd_equals_ar(target, draft, strategy, drafter):
         accepted += sum(s["accepted"] for s in sd.stats.steps)
         if drafter == "self":
             assert sd.stats.acceptance_rate == 1.0
-    assert accepted > 0                                        # commits of non-empty paths were exercised
+    assert accepted > 0  # commits of non-empty paths were exercised
 
 
 def test_self_drafter(target):
@@ -63,9 +66,13 @@ def test_self_drafter(target):
 
 def test_chi_square_ar_vs_tree_sd_on_hybrid(target, draft):
     """Token at new-token index 3 over 800 seeded runs, AR vs tree SD (closed_form) at T = 1."""
+
     def token_at(make, seed0):
-        return [generate(target, [3, 1, 4], 4, drafter=make() if make else None, sampling=T1,
-                         seed=seed0 + s).tokens[3] for s in range(800)]
+        return [
+            generate(target, [3, 1, 4], 4, drafter=make() if make else None, sampling=T1, seed=seed0 + s).tokens[3]
+            for s in range(800)
+        ]
+
     ar = token_at(None, 0)
     sd = token_at(lambda: TreeDrafter(draft, branching=(3, 2)), 10**6)
     assert chi2_two_sample(ar, sd).p > 1e-3
@@ -77,11 +84,18 @@ def test_generate_batch_equals_generate(target, sampling):
     (up to float32 GEMM blocking, which cannot flip a sample at these margins; tokens compared exactly)."""
     drafts = [tiny_lm(16, 1, seed=1) for _ in PROMPTS]
     views = [target.view() for _ in PROMPTS]
-    batch = generate_batch(views, PROMPTS, 16, drafters=[TreeDrafter(d, branching=(2, 2)) for d in drafts],
-                           sampling=sampling, seed=5)
+    batch = generate_batch(
+        views, PROMPTS, 16, drafters=[TreeDrafter(d, branching=(2, 2)) for d in drafts], sampling=sampling, seed=5
+    )
     for r, (p, g) in enumerate(zip(PROMPTS, batch)):
-        solo = generate(target.view(), p, 16, drafter=TreeDrafter(tiny_lm(16, 1, seed=1), branching=(2, 2)),
-                        sampling=sampling, seed=5 + r)
+        solo = generate(
+            target.view(),
+            p,
+            16,
+            drafter=TreeDrafter(tiny_lm(16, 1, seed=1), branching=(2, 2)),
+            sampling=sampling,
+            seed=5 + r,
+        )
         assert g.tokens == solo.tokens
         assert [s["accepted"] for s in g.stats.steps] == [s["accepted"] for s in solo.stats.steps]
     ar = generate_batch([target.view() for _ in PROMPTS], PROMPTS, 10, sampling=GREEDY)

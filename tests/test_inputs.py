@@ -1,16 +1,16 @@
 """Bad inputs get clear errors before any work or state change; -inf logits (masked tokens) work."""
+
 import numpy as np
 import pytest
 import torch
+from conftest import tiny_lm
 from transformers import Qwen3_5ForCausalLM
 
-from speclib import ModelDrafter, Sampling
-from speclib import generate
-from speclib.lms.backends import LlamaCppLM, OnnxLM, SerialLM
+from speclib import ModelDrafter, Sampling, generate
 from speclib.core.generate import prompt_list
-from speclib.lms.hybrid import HybridLM, tiny_config
 from speclib.core.sampling import probs
-from conftest import tiny_lm
+from speclib.lms.backends import LlamaCppLM, OnnxLM, SerialLM
+from speclib.lms.hybrid import HybridLM, tiny_config
 
 NEG = float("-inf")
 
@@ -34,7 +34,7 @@ def test_out_of_vocab_ids_are_refused_and_change_nothing(impl):
         with pytest.raises(ValueError, match=r"tokens.*\[0, 64\)"):
             lm.extend(tokens, parents)
     with pytest.raises(ValueError, match=r"\[0, 64\)"):
-        lm.reset([7, 64])                          # a refused reset keeps the old prefix too
+        lm.reset([7, 64])  # a refused reset keeps the old prefix too
     assert lm.n_committed == 4 and lm.pending_parents == []
     ref.reset([1, 2, 3, 4])
     assert torch.allclose(lm.extend([5, 6], [-1, 0]), ref.extend([5, 6], [-1, 0]), atol=1e-5)
@@ -58,9 +58,18 @@ def _bare(cls):
     return lm
 
 
-@pytest.mark.parametrize("make", [lambda: tiny_lm(), lambda: tiny_lm(impl="fast"), hybrid_lm,
-                                  lambda: SerialLM(tiny_lm()), lambda: _bare(OnnxLM), lambda: _bare(LlamaCppLM)],
-                         ids=["hf", "fast", "hybrid", "serial", "onnx", "llamacpp"])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: tiny_lm(),
+        lambda: tiny_lm(impl="fast"),
+        hybrid_lm,
+        lambda: SerialLM(tiny_lm()),
+        lambda: _bare(OnnxLM),
+        lambda: _bare(LlamaCppLM),
+    ],
+    ids=["hf", "fast", "hybrid", "serial", "onnx", "llamacpp"],
+)
 def test_extend_and_commit_before_reset(make):
     lm = make()
     with pytest.raises(RuntimeError, match=r"call reset\(prompt_ids\)"):
@@ -68,7 +77,7 @@ def test_extend_and_commit_before_reset(make):
     for path in ([], [0]):
         with pytest.raises(RuntimeError, match=r"call reset\(prompt_ids\) first"):
             lm.commit(path)
-    if not isinstance(lm, (OnnxLM, LlamaCppLM)):   # and reset still works afterwards
+    if not isinstance(lm, (OnnxLM, LlamaCppLM)):  # and reset still works afterwards
         lm.reset([1, 2])
         lm.extend([3], [-1])
         lm.commit([0])
@@ -111,25 +120,27 @@ def test_generate_rejects_bad_prompts():
 
 
 # --- -inf logits: masked tokens ------------------------------------------------------------------
-@pytest.mark.parametrize("s", [Sampling(), Sampling(0.7, 5), Sampling(1.3, 0, 0.8), Sampling(1.0, 10, 0.5),
-                               Sampling(1.0, 30), Sampling(0.0)])
+@pytest.mark.parametrize(
+    "s", [Sampling(), Sampling(0.7, 5), Sampling(1.3, 0, 0.8), Sampling(1.0, 10, 0.5), Sampling(1.0, 30), Sampling(0.0)]
+)
 def test_probs_with_masked_tokens_equal_the_reduced_vocabulary(s):
     gen = torch.Generator().manual_seed(0)
     for _ in range(20):
         logits = torch.randn(3, 37, generator=gen) * 3
         masked = torch.rand(3, 37, generator=gen) < 0.5
-        masked[:, 0] = False                       # keep a finite entry per row
+        masked[:, 0] = False  # keep a finite entry per row
         p = probs(logits.masked_fill(masked, NEG), s)
         for row in range(3):
             keep = ~masked[row]
             assert (p[row, masked[row]] == 0).all()
             assert torch.allclose(p[row, keep], probs(logits[row, keep], s), atol=1e-6)
-    if s.greedy:                                   # the argmax among finite entries, even if all negative
+    if s.greedy:  # the argmax among finite entries, even if all negative
         assert probs(torch.tensor([NEG, -5.0, NEG, -2.0, NEG]), s).argmax() == 3
 
 
-@pytest.mark.parametrize("row,match", [([NEG, NEG], "all -inf"), ([0.0, float("nan")], "NaN"),
-                                       ([NEG, float("inf")], r"\+inf")])
+@pytest.mark.parametrize(
+    "row,match", [([NEG, NEG], "all -inf"), ([0.0, float("nan")], "NaN"), ([NEG, float("inf")], r"\+inf")]
+)
 def test_bad_logits_are_named(row, match):
     for s in (Sampling(), Sampling(0.0)):
         with pytest.raises(ValueError, match=match):
@@ -153,7 +164,7 @@ class Masked:
 
 
 def test_generate_with_masked_target():
-    banned = torch.arange(0, 64, 2)                # every even token
+    banned = torch.arange(0, 64, 2)  # every even token
     target = Masked(tiny_lm(seed=3), banned)
     drafter = ModelDrafter(tiny_lm(16, 1, seed=4), 3)
     greedy = generate(target, [1, 3, 5], 30, sampling=Sampling(0.0)).tokens

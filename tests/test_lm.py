@@ -1,12 +1,13 @@
 """extend/commit on random chains and trees must equal a fresh full forward of each path."""
+
 import random
 import re
 
 import pytest
 import torch
+from conftest import accepted, noisy_copy, tiny_lm
 
 from speclib.core.tree import Tree
-from conftest import accepted, noisy_copy, tiny_lm
 
 
 def full_logits(lm, ids):
@@ -25,12 +26,13 @@ def test_random_trees_and_commits(seed, impl):
     assert torch.allclose(lm.reset(committed), full_logits(lm, committed), atol=1e-5)
     for _ in range(4):
         tokens, parents = [], []
-        for _ in range(rnd.randint(1, 3)):               # several extends per round
+        for _ in range(rnd.randint(1, 3)):  # several extends per round
             n = rnd.randint(1, 6)
             new_par = [rnd.randint(-1, len(parents) + i - 1) for i in range(n)]
             new_tok = [rnd.randrange(64) for _ in range(n)]
             logits = lm.extend(new_tok, new_par)
-            tokens += new_tok; parents += new_par
+            tokens += new_tok
+            parents += new_par
             tree = Tree(tokens, parents)
             for j in range(n):
                 node = len(tokens) - n + j
@@ -44,8 +46,8 @@ def test_random_trees_and_commits(seed, impl):
 
 @pytest.mark.parametrize("impl", ["hf", "fast"])
 def test_greedy_decode_fast_equals_hf(impl):
-    from speclib import ModelDrafter, Sampling
-    from speclib import generate
+    from speclib import ModelDrafter, Sampling, generate
+
     ref = generate(tiny_lm(seed=3), list(range(1, 30)), 40, sampling=Sampling(0.0)).tokens
     target, draft = tiny_lm(seed=3, impl=impl), noisy_copy(seed=3, impl=impl)
     assert generate(target, list(range(1, 30)), 40, sampling=Sampling(0.0)).tokens == ref
@@ -97,12 +99,20 @@ def _forward_failing_on_4d_mask(model, exc):
         if attention_mask is not None and attention_mask.dim() == 4:
             raise exc
         return inner(*args, attention_mask=attention_mask, **kw)
+
     return forward
 
 
-@pytest.mark.parametrize("exc", [RuntimeError("CUDA error: an illegal memory access was encountered"),
-                                 torch.OutOfMemoryError("CUDA out of memory"), MemoryError(), KeyError("bug")],
-                         ids=["runtime", "oom", "memory", "bug"])
+@pytest.mark.parametrize(
+    "exc",
+    [
+        RuntimeError("CUDA error: an illegal memory access was encountered"),
+        torch.OutOfMemoryError("CUDA out of memory"),
+        MemoryError(),
+        KeyError("bug"),
+    ],
+    ids=["runtime", "oom", "memory", "bug"],
+)
 def test_tree_probe_lets_real_failures_propagate(exc, monkeypatch):
     """Only "this model cannot take a custom 4D mask" means chains only; any other failure of the masked
     forward (a real bug, out of memory) propagates instead of quietly turning trees off."""
@@ -112,12 +122,17 @@ def test_tree_probe_lets_real_failures_propagate(exc, monkeypatch):
     with pytest.raises(type(exc)):
         lm.extend([4, 5], [-1, -1])
     with pytest.raises(type(exc)):
-        lm.trees_unsupported()                         # not cached as "unsupported" either
+        lm.trees_unsupported()  # not cached as "unsupported" either
 
 
-@pytest.mark.parametrize("exc", [ValueError("too many values to unpack (expected 2)"),
-                                 TypeError("forward() got an unexpected keyword argument"),
-                                 NotImplementedError("custom masks")])
+@pytest.mark.parametrize(
+    "exc",
+    [
+        ValueError("too many values to unpack (expected 2)"),
+        TypeError("forward() got an unexpected keyword argument"),
+        NotImplementedError("custom masks"),
+    ],
+)
 def test_tree_probe_unsupported_mask_gives_the_reason(exc, monkeypatch):
     lm = tiny_lm()
     monkeypatch.setattr(lm.model, "forward", _forward_failing_on_4d_mask(lm.model, exc))
@@ -125,14 +140,19 @@ def test_tree_probe_unsupported_mask_gives_the_reason(exc, monkeypatch):
     want = re.escape(f"custom 4D attention mask fails on it ({type(exc).__name__}: {str(exc)[:20]}")
     with pytest.raises(ValueError, match="chains only.*" + want):
         lm.extend([4, 5], [-1, -1])
-    assert lm.extend([4, 5], [-1, 0]).shape[0] == 2     # chains still work
+    assert lm.extend([4, 5], [-1, 0]).shape[0] == 2  # chains still work
 
 
 def test_tree_probe_on_a_model_that_unpacks_the_mask_as_2d():
     """Bloom builds its ALiBi bias from a [batch, seq] mask: transformers raises ValueError on a 4D one."""
     from transformers import BloomConfig, BloomForCausalLM
+
     from speclib.lms.lm import HFLM
+
     torch.manual_seed(0)
-    lm = HFLM(BloomForCausalLM(BloomConfig(vocab_size=64, hidden_size=32, n_layer=2, n_head=4)).eval(), None,
-              torch.device("cpu"))
+    lm = HFLM(
+        BloomForCausalLM(BloomConfig(vocab_size=64, hidden_size=32, n_layer=2, n_head=4)).eval(),
+        None,
+        torch.device("cpu"),
+    )
     assert lm.trees_unsupported().startswith("a custom 4D attention mask fails on it (ValueError: too many values")

@@ -1,4 +1,5 @@
 """speclib.lms.loading.with_context: the same weights behind a longer context, identical outputs inside the old one."""
+
 import pytest
 import torch
 from transformers import Qwen3_5ForCausalLM
@@ -22,8 +23,8 @@ def test_with_context_raises_the_limit_and_keeps_outputs():
     long = with_context(lm, 200)
     assert long.max_length == 200 and long is not lm
     assert generate(long, prompt, 20, sampling=Sampling(0.0)).tokens == before
-    generate(long, prompt, 150, sampling=Sampling(0.0))         # past the old limit: runs
-    assert with_context(long, 100) is long                      # already long enough
+    generate(long, prompt, 150, sampling=Sampling(0.0))  # past the old limit: runs
+    assert with_context(long, 100) is long  # already long enough
 
 
 def test_with_context_refuses_what_it_cannot_raise():

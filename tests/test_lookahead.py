@@ -1,13 +1,13 @@
 """Lookahead against a slow reference (tree, pool, window), greedy identity on chains and trees, the
 permutation of outputs at T = 1 and bad inputs."""
+
 import random
 
 import pytest
 import torch
 from conftest import tiny_lm
 
-from speclib import Lookahead, Sampling
-from speclib import generate
+from speclib import Lookahead, Sampling, generate
 from speclib.core.protocols import VerifyObserver
 from speclib.research.stats import chi2_two_sample
 
@@ -42,7 +42,8 @@ class SlowLookahead:
             self.pool.append(ngram)
             if sum(x[0] == ngram[0] for x in self.pool) > self.per_key:
                 self.pool.remove(next(x for x in self.pool if x[0] == ngram[0]))
-            d.append(g); del d[0]
+            d.append(g)
+            del d[0]
 
 
 def token_paths(tree):
@@ -52,8 +53,8 @@ def token_paths(tree):
 @pytest.mark.parametrize("seed", range(4))
 @pytest.mark.parametrize("window,ngram,guesses", [(1, 2, 0), (3, 3, 2), (4, 4, 4), (2, 5, 3)])
 def test_tree_pool_and_window_match_a_slow_reference(seed, window, ngram, guesses):
-    rng, V = random.Random(seed), 6                      # a small vocabulary: repeated tokens, merged nodes
-    per_key = max(guesses, 2)                            # small: n-grams get evicted
+    rng, V = random.Random(seed), 6  # a small vocabulary: repeated tokens, merged nodes
+    per_key = max(guesses, 2)  # small: n-grams get evicted
     d = Lookahead(window, ngram, guesses, pool_per_key=per_key)
     d.reset([rng.randrange(V) for _ in range(5)], GREEDY, torch.Generator())
     slow = SlowLookahead(d.diagonals, guesses, per_key)
@@ -61,18 +62,23 @@ def test_tree_pool_and_window_match_a_slow_reference(seed, window, ngram, guesse
         root = rng.randrange(V)
         tree = d.draft([root])
         paths = token_paths(tree)
-        assert len(set(paths)) == len(paths)             # a trie: one node per token path
+        assert len(set(paths)) == len(paths)  # a trie: one node per token path
         assert set(paths) == slow.paths(root) and len(tree) <= d.max_nodes
         logits = torch.randn(len(tree) + 1, V, generator=torch.Generator().manual_seed(100 * seed + step))
         d.observe_verify([root] + tree.tokens, logits, [], 0)
         slow.update([int(logits[1 + paths.index(e)].argmax()) for e in slow.ends()])
         assert d.diagonals == slow.diagonals
-        assert {k: list(kept) for k, kept in d.pool.items()} == {       # per first token, oldest first
-            k: [tuple(g[1:]) for g in slow.pool if g[0] == k] for k in {g[0] for g in slow.pool}}
+        assert (
+            {k: list(kept) for k, kept in d.pool.items()}
+            == {  # per first token, oldest first
+                k: [tuple(g[1:]) for g in slow.pool if g[0] == k] for k in {g[0] for g in slow.pool}
+            }
+        )
 
 
-@pytest.mark.parametrize("window,ngram,guesses", [(1, 2, 0), (1, 4, 0), (3, 3, 3), (4, 5, 6)],
-                         ids=["one-node", "chain", "tree", "wide"])
+@pytest.mark.parametrize(
+    "window,ngram,guesses", [(1, 2, 0), (1, 4, 0), (3, 3, 3), (4, 5, 6)], ids=["one-node", "chain", "tree", "wide"]
+)
 @pytest.mark.parametrize("shared", [True, False])
 def test_greedy_identity(window, ngram, guesses, shared):
     target = tiny_lm(32, 2, vocab=16, seed=0)
@@ -86,7 +92,7 @@ def test_greedy_identity(window, ngram, guesses, shared):
         assert all(s["drafted"] <= d.max_nodes for s in sd.stats.steps)
         accepted += sum(s["accepted"] for s in sd.stats.steps)
     if guesses:
-        assert accepted >= 10            # the tiny target cycles: its n-grams recur
+        assert accepted >= 10  # the tiny target cycles: its n-grams recur
 
 
 def test_chi_square_at_temperature_one():
@@ -103,9 +109,15 @@ def test_chi_square_at_temperature_one():
 
 
 def test_bad_inputs():
-    for kw, match in [(dict(window=0), "window"), (dict(ngram=1), "ngram"), (dict(guesses=-1), "guesses"),
-                      (dict(pool_per_key=0), "pool_per_key"), (dict(guesses=5, pool_per_key=4), "exceed"),
-                      (dict(window=2.0), "window"), (dict(ngram=True), "ngram")]:
+    for kw, match in [
+        (dict(window=0), "window"),
+        (dict(ngram=1), "ngram"),
+        (dict(guesses=-1), "guesses"),
+        (dict(pool_per_key=0), "pool_per_key"),
+        (dict(guesses=5, pool_per_key=4), "exceed"),
+        (dict(window=2.0), "window"),
+        (dict(ngram=True), "ngram"),
+    ]:
         with pytest.raises(ValueError, match=match):
             Lookahead(**kw)
     with pytest.raises(ValueError, match="non-empty prompt"):

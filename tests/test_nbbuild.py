@@ -1,5 +1,6 @@
 """Every committed notebook is what tools/nbbuild.py builds from its source in notebooks/src/: an edit made
 in JupyterLab and not carried back to the source (or the reverse) fails here."""
+
 import sys
 from pathlib import Path
 
@@ -26,7 +27,8 @@ def test_notebook_rebuilds_from_its_source(src: Path, tmp_path):
     committed = nbformat.read(REPO / "notebooks" / f"{src.stem}.ipynb", 4)
     assert [(c.cell_type, c.source) for c in committed.cells] == [(c.cell_type, c.source) for c in fresh.cells], (
         f"notebooks/{src.stem}.ipynb differs from its source: "
-        f"python tools/nbbuild.py {src.relative_to(REPO)} notebooks/{src.stem}.ipynb")
+        f"python tools/nbbuild.py {src.relative_to(REPO)} notebooks/{src.stem}.ipynb"
+    )
     assert committed.metadata == fresh.metadata
     assert all(not c.get("outputs") for c in committed.cells), "committed notebooks carry no outputs"
 

@@ -2,10 +2,10 @@
 `smoke_run` fixture of conftest.py, outputs in a temporary folder. Like tests/test_notebooks.py it
 checks what a bug would break (no error cell, greedy identity, each speedup recomputed from the saved
 runs, the pilot's choice carried to the report), never a time."""
+
 import nbformat
 import numpy as np
 import pandas as pd
-
 from conftest import needs_shipped
 
 NB = "06_self_speculation"
@@ -27,7 +27,7 @@ def test_06_self_speculation_smoke(smoke_run):
     one = cost[cost.n == 1]
     assert (one[one.subset == "full model"].c == 1).all() and (one.c > 0).all()
     subs = one[one.flop_c.notna() & (one.subset != "full model")]
-    assert len(subs) and subs.flop_c.between(0, 1, inclusive="neither").all()     # a subset runs fewer layers
+    assert len(subs) and subs.flop_c.between(0, 1, inclusive="neither").all()  # a subset runs fewer layers
     assert set(one.context) >= {128}
     search = pd.read_parquet(res / "search.parquet")
     assert search.best.sum() >= 1 and search.alpha.between(0, 1).all() and (search.c > 0).all()
@@ -37,7 +37,7 @@ def test_06_self_speculation_smoke(smoke_run):
     report = pd.read_parquet(res / "subsets.parquet")
     chosen = pilot[pilot.chosen].set_index("drafter").k.sort_index()
     assert report.set_index("drafter").k.sort_index().equals(chosen)
-    assert (report.identical == report.runs).all() and (pilot.identical == pilot.runs).all()   # greedy SD = AR
+    assert (report.identical == report.runs).all() and (pilot.identical == pilot.runs).all()  # greedy SD = AR
     assert ci_contains(report.speedup, report.lo, report.hi)
     assert report.token_acceptance.between(0, 1).all() and report.tokens_per_call.between(1, report.k + 1).all()
     runs = pd.read_parquet(res / "runs.parquet")
@@ -58,7 +58,7 @@ def test_06_self_speculation_smoke(smoke_run):
     assert ctx[ctx.chosen_on_pilot].groupby(["context", "timing"]).size().eq(1).all()
     assert ctx[ctx.chosen_on_pilot].method.nunique() == 1
     corr = pd.read_parquet(res / "perplexity_correlation.parquet")
-    assert corr.rho.dropna().between(-1, 1).all() and "p" not in corr      # dependent points: no p-value
+    assert corr.rho.dropna().between(-1, 1).all() and "p" not in corr  # dependent points: no p-value
     # the second family: both subgraphs measured, the other family's linear subgraph decodes losslessly
     fam = pd.read_parquet(res / "families.parquet")
     assert set(fam.architecture) == {"qwen3_5_text", "falcon_h1"} and (fam.c > 0).all()

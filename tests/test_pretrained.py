@@ -3,6 +3,7 @@
 The first SmolLM2 test dequantizes its GGUF into the cache (about 40 s, once per machine); Gemma 3's
 takes about 2 minutes. Skipped, with the install command, where the wheels are not installed.
 """
+
 import importlib.util
 import json
 
@@ -10,17 +11,18 @@ import pytest
 import torch
 
 import speclib
-from speclib.lms import pretrained
+from speclib.lms import LlamaLM, pretrained
 from speclib.research import spec_bench
-from speclib.lms import LlamaLM
 
 SMOL, GEMMA = "smollm2-135m-instruct", "gemma3-270m"
 
 
 def installed(name):
     m = pretrained.MODELS[name]
-    return all(importlib.util.find_spec(mod) is not None for mod in
-               [m.module] + ([f"{m.module}_part{i}" for i in range(1, 5)] if m.assembled else []))
+    return all(
+        importlib.util.find_spec(mod) is not None
+        for mod in [m.module] + ([f"{m.module}_part{i}" for i in range(1, 5)] if m.assembled else [])
+    )
 
 
 needs_smol = pytest.mark.skipif(not installed(SMOL), reason=pretrained.MODELS[SMOL].install_command())
@@ -39,7 +41,7 @@ def test_smollm2_loads_lean_with_a_card_naming_its_gguf(smol):
     assert card["quant"] == "Q4_1" and card["gguf_sha256"] == pretrained.sha256(pretrained.gguf_path(SMOL))
     assert "not its bf16 release" in (pretrained.folder(SMOL) / "README.md").read_text()
     before = (pretrained.folder(SMOL) / "model.safetensors").stat().st_mtime_ns
-    assert pretrained.materialize(SMOL) == pretrained.folder(SMOL)          # cached: not rewritten
+    assert pretrained.materialize(SMOL) == pretrained.folder(SMOL)  # cached: not rewritten
     assert (pretrained.folder(SMOL) / "model.safetensors").stat().st_mtime_ns == before
 
 
@@ -63,7 +65,7 @@ def test_speculative_output_on_smollm2_equals_ar_on_spec_bench_turns(smol):
     ar = speclib.generate(smol, ids, 48, sampling=speclib.Sampling(0.0))
     sd = speclib.generate(smol, ids, 48, drafter=speclib.PromptLookupDrafter(k=6), sampling=speclib.Sampling(0.0))
     assert sd.tokens == ar.tokens
-    assert sum(s["accepted"] for s in sd.stats.steps) >= 5          # a summary copies from its article
+    assert sum(s["accepted"] for s in sd.stats.steps) >= 5  # a summary copies from its article
 
 
 @needs_smol
@@ -72,7 +74,7 @@ def test_a_second_turn_follows_the_models_own_first_answer(smol):
     first = spec_bench.turn_ids(smol, q)
     second = spec_bench.turn_ids(smol, q, answers=["My first answer."])
     text = smol.decode(second)
-    assert second[:len(first) - 3] == first[:len(first) - 3]
+    assert second[: len(first) - 3] == first[: len(first) - 3]
     assert text.index(q["turns"][0]) < text.index("My first answer.") < text.index(q["turns"][1])
     with pytest.raises(ValueError, match="context"):
         spec_bench.turn_ids(smol, q, max_new_tokens=10_000)
@@ -114,6 +116,7 @@ def test_a_missing_wheel_names_the_install_command(monkeypatch):
 
 # --- Spec-Bench questions ------------------------------------------------------------------------------
 
+
 def test_spec_bench_has_480_questions_in_six_tasks():
     qs = spec_bench.questions()
     assert len(qs) == 480
@@ -136,13 +139,16 @@ def test_pilot_and_reported_questions_are_disjoint_seeded_and_sized():
         spec_bench.split(qs, per_task=80, pilot_per_task=1)
 
 
-@pytest.mark.parametrize("bad, match", [
-    ({"question_id": 1, "category": "qa"}, "non-empty list"),
-    ({"question_id": 1, "category": "qa", "turns": []}, "non-empty list"),
-    ({"question_id": 1, "category": "qa", "turns": ["  "]}, "non-empty list"),
-    ({"question_id": 1, "category": "poetry", "turns": ["x"]}, "unknown Spec-Bench category"),
-    ({"category": "qa", "turns": ["x"]}, "needs 'question_id'"),
-])
+@pytest.mark.parametrize(
+    "bad, match",
+    [
+        ({"question_id": 1, "category": "qa"}, "non-empty list"),
+        ({"question_id": 1, "category": "qa", "turns": []}, "non-empty list"),
+        ({"question_id": 1, "category": "qa", "turns": ["  "]}, "non-empty list"),
+        ({"question_id": 1, "category": "poetry", "turns": ["x"]}, "unknown Spec-Bench category"),
+        ({"category": "qa", "turns": ["x"]}, "needs 'question_id'"),
+    ],
+)
 def test_a_malformed_question_is_refused_with_the_fix(tmp_path, bad, match):
     p = tmp_path / "q.jsonl"
     p.write_text(json.dumps({"question_id": 0, "category": "qa", "turns": ["ok"]}) + "\n" + json.dumps(bad) + "\n")

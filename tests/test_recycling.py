@@ -1,5 +1,6 @@
 """Token Recycling against slow references (template, matrix update, draft), greedy identity on chains and
 trees, the permutation of outputs at T = 1, the verify-pass wiring and bad inputs."""
+
 import itertools
 import random
 
@@ -8,10 +9,9 @@ import pytest
 import torch
 from conftest import tiny_lm
 
-from speclib import Sampling, TokenRecycling
-from speclib import generate
-from speclib.drafters.recycling import expected_accepted, recycling_template
+from speclib import Sampling, TokenRecycling, generate
 from speclib.core.protocols import VerifyObserver
+from speclib.drafters.recycling import expected_accepted, recycling_template
 from speclib.research.stats import chi2_two_sample
 
 GREEDY = Sampling(0.0)
@@ -20,8 +20,11 @@ PROMPTS = ([1, 2, 3, 1, 2, 3, 1, 2], [5, 5, 5, 5], [3, 1, 4, 1, 5, 9, 2, 6])
 
 def all_path_values(rank_accept, depth):
     """Value (product of rank_accept along the path) of every rank path up to `depth` long."""
-    return [float(np.prod([rank_accept[r] for r in path]))
-            for d in range(1, depth + 1) for path in itertools.product(range(len(rank_accept)), repeat=d)]
+    return [
+        float(np.prod([rank_accept[r] for r in path]))
+        for d in range(1, depth + 1)
+        for path in itertools.product(range(len(rank_accept)), repeat=d)
+    ]
 
 
 @pytest.mark.parametrize("nodes", [1, 3, 7, 12])
@@ -30,8 +33,8 @@ def test_template_holds_the_most_valuable_paths(nodes, rank_accept):
     parents, ranks = recycling_template(nodes, rank_accept)
     assert len(parents) == nodes and all(-1 <= p < i for i, p in enumerate(parents))
     children = {}
-    for i, (p, r) in enumerate(zip(parents, ranks)):
-        assert r not in children.setdefault(p, set())             # one node per (parent, rank)
+    for p, r in zip(parents, ranks):
+        assert r not in children.setdefault(p, set())  # one node per (parent, rank)
         children[p].add(r)
     best = sorted(all_path_values(rank_accept, nodes), reverse=True)[:nodes]
     assert expected_accepted(parents, ranks, rank_accept) == pytest.approx(sum(best))
@@ -51,7 +54,8 @@ def slow_draft(matrix, parents, ranks, root):
     for i, (p, r) in enumerate(zip(parents, ranks)):
         if p in tok and matrix[tok[p]][r] >= 0:
             tok[i], index[i] = int(matrix[tok[p]][r]), len(out_tokens)
-            out_tokens.append(tok[i]); out_parents.append(index[p])
+            out_tokens.append(tok[i])
+            out_parents.append(index[p])
     return out_tokens, out_parents
 
 
@@ -86,14 +90,14 @@ def test_rank_counts_record_which_candidate_the_target_took():
     d.reset([0], GREEDY, torch.Generator())
     d.matrix[1] = [3, 4]
     d.matrix[3] = [2, 0]
-    tree = d.draft([1])                                  # nodes: 3, 4 (children of the root)
+    tree = d.draft([1])  # nodes: 3, 4 (children of the root)
     assert tree.tokens == [3, 4] and tree.parents == [-1, -1]
     logits = torch.arange(15.0).view(3, 5)
-    d.observe_verify([1, 3, 4], logits, [0], 0)          # took 3 (rank 0 of row 1), then 0 (rank 1 of row 3)
+    d.observe_verify([1, 3, 4], logits, [0], 0)  # took 3 (rank 0 of row 1), then 0 (rank 1 of row 3)
     assert d.rank_counts.tolist() == [1, 1, 0]
-    assert d.matrix[1].tolist() == [4, 3]                # rows rewritten with each node's top-2
-    assert d.draft([2]).tokens == []                     # row 2 never verified: no candidate
-    d.observe_verify([2], logits[:1], [], 4)             # 4 was not among row 2's (empty) candidates
+    assert d.matrix[1].tolist() == [4, 3]  # rows rewritten with each node's top-2
+    assert d.draft([2]).tokens == []  # row 2 never verified: no candidate
+    d.observe_verify([2], logits[:1], [], 4)  # 4 was not among row 2's (empty) candidates
     assert d.rank_counts.tolist() == [1, 1, 1]
     assert d.fitted_rank_accept() == pytest.approx((1 / 3, 1 / 3))
 
@@ -104,14 +108,14 @@ def test_greedy_identity(rank_accept, nodes, shared):
     target = tiny_lm(32, 2, vocab=16, seed=0)
     d = TokenRecycling(top_k=len(rank_accept), nodes=nodes, rank_accept=rank_accept, shared=shared)
     if len(rank_accept) == 1:
-        assert d.parents == list(range(-1, nodes - 1))      # one candidate per token: the template is a chain
+        assert d.parents == list(range(-1, nodes - 1))  # one candidate per token: the template is a chain
     accepted = 0
     for prompt in PROMPTS:
         ar = generate(target, prompt, 40, sampling=GREEDY)
         sd = generate(target, prompt, 40, drafter=d, sampling=GREEDY)
         assert sd.tokens == ar.tokens
         accepted += sum(s["accepted"] for s in sd.stats.steps)
-    assert accepted >= 10              # the tiny target cycles: its own candidates predict it well
+    assert accepted >= 10  # the tiny target cycles: its own candidates predict it well
     assert d.rank_counts.sum() > 0
 
 
@@ -160,9 +164,14 @@ def test_chi_square_at_temperature_one():
 
 
 def test_bad_inputs():
-    for kw, match in [(dict(top_k=0), "top_k"), (dict(nodes=0), "nodes"), (dict(rank_accept=(1.5,)), "rank_accept"),
-                      (dict(rank_accept=()), "rank_accept"),
-                      (dict(top_k=2, rank_accept=(0.5, 0.2, 0.1)), "rank_accept"), (dict(rank_accept=(0.0,)), "rank_accept")]:
+    for kw, match in [
+        (dict(top_k=0), "top_k"),
+        (dict(nodes=0), "nodes"),
+        (dict(rank_accept=(1.5,)), "rank_accept"),
+        (dict(rank_accept=()), "rank_accept"),
+        (dict(top_k=2, rank_accept=(0.5, 0.2, 0.1)), "rank_accept"),
+        (dict(rank_accept=(0.0,)), "rank_accept"),
+    ]:
         with pytest.raises(ValueError, match=match):
             TokenRecycling(**kw)
     with pytest.raises(RuntimeError, match="check_compatible"):
@@ -175,8 +184,10 @@ def test_draft_score_is_the_expected_accepted_tokens_of_the_nodes_kept():
     d = TokenRecycling(top_k=2, nodes=6, rank_accept=(0.6, 0.3))
     d.check_compatible(_Vocab(5))
     d.reset([0], GREEDY, torch.Generator())
-    d.matrix[:] = [[1, 2]] * 5                                # every row full: the whole template is kept
-    assert len(d.draft([0])) == 6 and d.last["score"] == pytest.approx(expected_accepted(d.parents, d.ranks, d.rank_accept))
-    d.matrix[:, 1] = -1                                       # only rank-0 candidates: the rank-0 chain
+    d.matrix[:] = [[1, 2]] * 5  # every row full: the whole template is kept
+    assert len(d.draft([0])) == 6 and d.last["score"] == pytest.approx(
+        expected_accepted(d.parents, d.ranks, d.rank_accept)
+    )
+    d.matrix[:, 1] = -1  # only rank-0 candidates: the rank-0 chain
     tree = d.draft([0])
-    assert tree.is_chain and d.last["score"] == pytest.approx(sum(0.6 ** j for j in range(1, len(tree) + 1)))
+    assert tree.is_chain and d.last["score"] == pytest.approx(sum(0.6**j for j in range(1, len(tree) + 1)))

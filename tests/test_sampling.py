@@ -16,13 +16,16 @@ def reference(logits, t, k, top_p):
     for i in sorted(range(len(p)), key=lambda i: -p[i].item()):
         if mass >= top_p:
             break
-        keep.append(i); mass += p[i].item()
+        keep.append(i)
+        mass += p[i].item()
     out = torch.zeros_like(p)
     out[keep] = p[keep]
     return out / out.sum()
 
 
-@pytest.mark.parametrize("t,k,top_p", [(1.0, 0, 1.0), (0.7, 5, 1.0), (1.3, 0, 0.8), (1.0, 10, 0.5), (0.5, 1, 1.0), (2.0, 3, 0.99)])
+@pytest.mark.parametrize(
+    "t,k,top_p", [(1.0, 0, 1.0), (0.7, 5, 1.0), (1.3, 0, 0.8), (1.0, 10, 0.5), (0.5, 1, 1.0), (2.0, 3, 0.99)]
+)
 def test_probs_matches_reference(t, k, top_p):
     gen = torch.Generator().manual_seed(0)
     for _ in range(20):
@@ -48,9 +51,16 @@ def test_draft_q_is_the_processed_distribution(pair):
     assert torch.allclose(tree.q[2], probs(fresh, s), atol=1e-5)
 
 
-@pytest.mark.parametrize("kw,match", [
-    (dict(temperature=-0.1), "temperature"), (dict(top_p=0.0), "top_p"), (dict(top_p=1.5), "top_p"),
-    (dict(top_k=-1), "top_k"), (dict(top_k=2.5), "top_k")])
+@pytest.mark.parametrize(
+    "kw,match",
+    [
+        (dict(temperature=-0.1), "temperature"),
+        (dict(top_p=0.0), "top_p"),
+        (dict(top_p=1.5), "top_p"),
+        (dict(top_k=-1), "top_k"),
+        (dict(top_k=2.5), "top_k"),
+    ],
+)
 def test_bad_sampling(kw, match):
     with pytest.raises(ValueError, match=match):
         Sampling(**kw)

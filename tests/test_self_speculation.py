@@ -11,6 +11,7 @@ at alpha = 1e-3 on fixed seeds, i.e. a 0.1% false-positive rate under the null (
 with the seeds fixed the outcome is the same on every run. A power check beside it: the same test
 rejects the subset's own samples against the target's.
 """
+
 import copy
 import random
 
@@ -20,21 +21,33 @@ import torch
 from conftest import spread_hybrid
 from transformers import Qwen3_5ForCausalLM
 
-from speclib import Sampling
-from speclib import generate
-from speclib.research.bench_tree import heldout_loss
+from speclib import Sampling, generate
 from speclib.core.analytic import predicted_speedup
 from speclib.drafters.layers import KINDS, ExitAdapter, LayerSkipDrafter, subset
-from speclib.research.layer_search import (SubsetSearch, acceptance_proxy, flop_cost, proxy_measure, search_subsets, subset_loss, train_exit)
 from speclib.lms.hybrid import HybridLM, extend_batch, tiny_config
+from speclib.research.bench_tree import heldout_loss
+from speclib.research.layer_search import (
+    SubsetSearch,
+    acceptance_proxy,
+    flop_cost,
+    proxy_measure,
+    search_subsets,
+    subset_loss,
+    train_exit,
+)
 from speclib.research.stats import run_permutation_test
 
 TOL = 1e-4
 V = 64
 GREEDY, T1 = Sampling(0.0), Sampling(1.0)
 PROMPTS = [[3, 1, 4, 1, 5], [9, 2, 6], [5, 3, 5, 8, 9, 7, 9]]
-SUBSETS = {"all": ("all", None), "linear": ("linear", None), "linear_early_exit": ("linear_early_exit", 3),
-           "every_other": ("every_other", None), "first_n": ("first_n", 3)}
+SUBSETS = {
+    "all": ("all", None),
+    "linear": ("linear", None),
+    "linear_early_exit": ("linear_early_exit", 3),
+    "every_other": ("every_other", None),
+    "first_n": ("first_n", 3),
+}
 
 
 @pytest.fixture(scope="module")
@@ -85,8 +98,17 @@ def test_view_with_every_layer_is_the_full_model(target):
     assert torch.equal(view.extend(tokens, parents), target.extend(tokens, parents))
 
 
-@pytest.mark.parametrize("layers,exit", [([0, 1, 2, 4, 5, 6], None), ([0, 2, 4, 6], None), ([0, 1, 2], None),
-                                         ([1, 3, 6], None), ([0, 1, 2, 4], "adapter"), ([7], "adapter")])
+@pytest.mark.parametrize(
+    "layers,exit",
+    [
+        ([0, 1, 2, 4, 5, 6], None),
+        ([0, 2, 4, 6], None),
+        ([0, 1, 2], None),
+        ([1, 3, 6], None),
+        ([0, 1, 2, 4], "adapter"),
+        ([7], "adapter"),
+    ],
+)
 def test_subset_equals_transformers_layer_by_layer(model, target, layers, exit):
     """Prefill and a tree of pending nodes on the subset view equal transformers' forward of the model
     with the other layers removed (every pending node against committed + its path)."""
@@ -96,13 +118,14 @@ def test_subset_equals_transformers_layer_by_layer(model, target, layers, exit):
     committed = [random.Random(5).randrange(V) for _ in range(9)]
     got = view.reset(committed)
     assert (got - ref_logits(twin, committed)[-1]).abs().max() < TOL
-    assert (got - target.reset(committed)).abs().max() > 100 * TOL       # the skipped layers matter
+    assert (got - target.reset(committed)).abs().max() > 100 * TOL  # the skipped layers matter
     tokens, parents = [4, 9, 2, 6], [-1, 0, 0, 2]
     out = view.extend(tokens, parents)
     for j in range(len(tokens)):
         path, p = [], j
         while p >= 0:
-            path.append(tokens[p]); p = parents[p]
+            path.append(tokens[p])
+            p = parents[p]
         want = ref_logits(twin, committed + path[::-1])[-1]
         assert (out[j] - want).abs().max() < TOL
 
@@ -110,20 +133,21 @@ def test_subset_equals_transformers_layer_by_layer(model, target, layers, exit):
 def test_skip_attention_stays_a_shorthand(target):
     lin = target.view(skip_attention=True)
     assert lin.layers == subset(target, "linear") == [0, 1, 2, 4, 5, 6] and lin.skip_attention
-    assert target.view(layers=[0, 2]).view().layers == [0, 2]                 # a view keeps its subset
+    assert target.view(layers=[0, 2]).view().layers == [0, 2]  # a view keeps its subset
     assert lin.view(skip_attention=False).layers == list(range(8))
     a = random_adapter()
     assert target.view(layers=[0, 2], exit=a).view().exit is a
     assert target.view(layers=[0, 2], exit=a).view(exit=None).exit is None
-    assert target.view(layers=np.array([4, 0])).layers == [0, 4]                 # any ints, run in model order
+    assert target.view(layers=np.array([4, 0])).layers == [0, 4]  # any ints, run in model order
     sub, full = target.view(layers=[0, 2]), target.view()
-    sub.reset([1, 2]); full.reset([1, 2])
-    with pytest.raises(ValueError, match="same model, layers and exit"):       # one forward runs one subset
+    sub.reset([1, 2])
+    full.reset([1, 2])
+    with pytest.raises(ValueError, match="same model, layers and exit"):  # one forward runs one subset
         extend_batch([sub, full], [[1], [2]], [[-1], [-1]])
 
 
 def test_subset_kinds(target):
-    assert set(SUBSETS) == set(KINDS)                     # every kind runs in test_greedy_sd_equals_ar
+    assert set(SUBSETS) == set(KINDS)  # every kind runs in test_greedy_sd_equals_ar
     assert subset(target, "all") == list(range(8))
     assert subset(target, "linear_early_exit", 3) == [0, 1, 2, 4]
     assert subset(target, "every_other") == [0, 2, 4, 6]
@@ -137,12 +161,21 @@ def test_subset_kinds(target):
     with pytest.raises(ValueError, match="takes no n"):
         subset(target, "linear", 2)
     with pytest.raises(ValueError, match="leaves no decoder layer"):
-        subset(HybridLM(Qwen3_5ForCausalLM(tiny_config(layer_types=["full_attention"] * 4)).eval(), None, "cpu"),
-               "linear")
+        subset(
+            HybridLM(Qwen3_5ForCausalLM(tiny_config(layer_types=["full_attention"] * 4)).eval(), None, "cpu"), "linear"
+        )
 
 
-@pytest.mark.parametrize("layers,match", [([], "empty subset"), ([8], r"ints in \[0, 8\)"), ([-1, 2], r"ints in \[0, 8\)"),
-                                          ([1, 1], "repeat"), (["a"], r"ints in \[0, 8\)")])
+@pytest.mark.parametrize(
+    "layers,match",
+    [
+        ([], "empty subset"),
+        ([8], r"ints in \[0, 8\)"),
+        ([-1, 2], r"ints in \[0, 8\)"),
+        ([1, 1], "repeat"),
+        (["a"], r"ints in \[0, 8\)"),
+    ],
+)
 def test_bad_layer_subsets_are_value_errors(target, layers, match):
     with pytest.raises(ValueError, match=match):
         target.view(layers=layers)
@@ -184,7 +217,7 @@ def test_greedy_sd_equals_ar(target, name):
         ar = generate(target, p, 16, sampling=GREEDY).tokens
         sd = generate(target, p, 16, drafter=LayerSkipDrafter(target, layers, k=3, exit=exit), sampling=GREEDY)
         assert sd.tokens == ar
-        if name == "all":                         # the full model drafting for itself: every block accepted
+        if name == "all":  # the full model drafting for itself: every block accepted
             assert sd.stats.acceptance_rate == 1.0
     d = LayerSkipDrafter(target, layers, k=2, exit=exit)
     assert d.lm.model is target.model and d.lm.layers == layers and d.lm.exit is exit
@@ -204,13 +237,16 @@ def test_permutation_chi_square_ar_vs_subset_sd(model):
     layers = subset(target, "linear")
 
     def runs(lm, make, seed0):
-        return [generate(lm, [3, 1, 4], 20, drafter=make() if make else None, sampling=T1, seed=seed0 + s)
-                for s in range(24)]
+        return [
+            generate(lm, [3, 1, 4], 20, drafter=make() if make else None, sampling=T1, seed=seed0 + s)
+            for s in range(24)
+        ]
+
     ar = [g.tokens for g in runs(target, None, 0)]
     sd = runs(target, lambda: LayerSkipDrafter(target, layers, k=2), 10**6)
     accepted = sum(s["accepted"] for g in sd for s in g.stats.steps)
     drafted = sum(s["drafted"] for g in sd for s in g.stats.steps)
-    assert 0 < accepted < drafted                                 # both acceptances and rejections
+    assert 0 < accepted < drafted  # both acceptances and rejections
     assert run_permutation_test(ar, [g.tokens for g in sd], n_perm=999, seed=0).p_permutation > 1e-3
     own = [g.tokens for g in runs(target.view(layers=layers), None, 2 * 10**6)]
     assert run_permutation_test(ar, own, n_perm=999, seed=0).p_permutation < 1e-2
@@ -221,8 +257,9 @@ def test_subset_loss_is_heldout_loss_on_the_view(target):
     g = np.random.default_rng(0)
     windows = [g.integers(0, V, 24).tolist() for _ in range(3)]
     for layers in ([0, 2, 4, 6], list(range(8))):
-        assert subset_loss(target, layers, windows) == pytest.approx(heldout_loss(target.view(layers=layers), windows),
-                                                                     abs=1e-6)
+        assert subset_loss(target, layers, windows) == pytest.approx(
+            heldout_loss(target.view(layers=layers), windows), abs=1e-6
+        )
     assert acceptance_proxy(target, range(8), windows) == pytest.approx(1.0, abs=1e-5)
     assert acceptance_proxy(target, range(8), windows, temperature=0) == 1.0
     assert 0 < acceptance_proxy(target, [0, 2], windows) < 1
@@ -242,12 +279,13 @@ def test_search_respects_its_budget_and_never_loses(target):
 
     def fake(layers, prompts):
         return 0.97 ** (8 - len(layers)), sum(cost[i] for i in layers) / sum(cost.values())
+
     calls = []
     r = search_subsets(target, "p", lambda l, p: (calls.append(p), fake(l, p))[1], budget=12, k=2)
     assert isinstance(r, SubsetSearch) and r.evaluations == len(calls) == 12 and set(calls) == {"p"}
-    assert r.start == list(range(8)) and r.start_predicted == pytest.approx(1.0)      # a = 1, c = 1, v = 1
+    assert r.start == list(range(8)) and r.start_predicted == pytest.approx(1.0)  # a = 1, c = 1, v = 1
     round1 = [[j for j in range(8) if j != i] for i in range(8)]
-    round2 = [[j for j in range(7) if j != i] for i in range(3)]                    # from the winner: 7 dropped
+    round2 = [[j for j in range(7) if j != i] for i in range(3)]  # from the winner: 7 dropped
     assert [h["layers"] for h in r.history] == [list(range(8))] + round1 + round2
     best = max(r.history, key=lambda h: h["predicted"])
     assert r.layers == best["layers"] and r.predicted == best["predicted"] > r.start_predicted
@@ -272,10 +310,12 @@ def test_exit_adapter_starts_as_identity_and_training_lowers_kl(target):
     assert rep["steps"] == 25 and rep["kl_after"] < 0.95 * rep["kl_before"]
     assert rep["acceptance_after"] > rep["acceptance_before"]
     after = target.model.state_dict()
-    assert all(torch.equal(before[k], after[k]) for k in before)                  # the target is untouched
+    assert all(torch.equal(before[k], after[k]) for k in before)  # the target is untouched
     assert all(p.grad is None for p in target.model.parameters())
     # The trained exit drafts losslessly.
     for p in PROMPTS[:2]:
         ar = generate(target, p, 16, sampling=GREEDY).tokens
-        assert generate(target, p, 16, drafter=LayerSkipDrafter(target, layers, 3, exit=adapter),
-                        sampling=GREEDY).tokens == ar
+        assert (
+            generate(target, p, 16, drafter=LayerSkipDrafter(target, layers, 3, exit=adapter), sampling=GREEDY).tokens
+            == ar
+        )

@@ -4,11 +4,20 @@ Every statistical test here uses a fixed seed, so it is deterministic: it passes
 way on every run. The comments state the false-positive rate each threshold would have if the seed
 were drawn at random, i.e. how likely a correct implementation would be to fail by bad luck.
 """
+
 import numpy as np
 import pytest
 from scipy.stats import chi2_contingency
 
-from speclib.research.stats import (Chi2Result, bootstrap_ci, bootstrap_ratio_ci, chi2_two_sample, greedy_identity, null_calibration, pooled_table)
+from speclib.research.stats import (
+    Chi2Result,
+    bootstrap_ci,
+    bootstrap_ratio_ci,
+    chi2_two_sample,
+    greedy_identity,
+    null_calibration,
+    pooled_table,
+)
 
 
 def zipf_probs(n: int, s: float = 1.1) -> np.ndarray:
@@ -18,12 +27,13 @@ def zipf_probs(n: int, s: float = 1.1) -> np.ndarray:
 
 # --- chi-square -------------------------------------------------------------------------------
 
+
 def test_chi2_same_distribution_not_rejected():
     # Under the null p is uniform, so a random seed would fail p > 0.01 with probability 1 %.
     rng = np.random.default_rng(1)
     p = zipf_probs(100)
     a = rng.choice(100, size=5000, p=p)
-    b = rng.choice(100, size=3000, p=p)           # unequal sizes on purpose
+    b = rng.choice(100, size=3000, p=p)  # unequal sizes on purpose
     r = chi2_two_sample(a, b)
     assert isinstance(r, Chi2Result)
     assert r.n_a == 5000 and r.n_b == 3000
@@ -60,12 +70,12 @@ def test_chi2_matches_scipy_on_dense_table():
 @pytest.mark.parametrize("min_expected", [1.0, 5.0, 20.0])
 def test_pooling_leaves_no_sparse_bin(min_expected):
     rng = np.random.default_rng(4)
-    p = zipf_probs(400, s=1.3)                    # a long sparse tail that must be pooled
+    p = zipf_probs(400, s=1.3)  # a long sparse tail that must be pooled
     a = rng.choice(400, size=3000, p=p)
     b = rng.choice(400, size=1000, p=p)
     table = pooled_table(a, b, min_expected)
     assert table.shape[0] == 2 and 2 <= table.shape[1] < len(np.union1d(a, b))
-    assert table[0].sum() == 3000 and table[1].sum() == 1000   # pooling loses no sample
+    assert table[0].sum() == 3000 and table[1].sum() == 1000  # pooling loses no sample
     expected = np.outer(table.sum(axis=1), table.sum(axis=0)) / table.sum()
     assert expected.min() >= min_expected
 
@@ -107,14 +117,17 @@ def test_null_calibration_false_positive_rate():
     np.testing.assert_array_equal(p2, p_values[:5])
 
 
-@pytest.mark.parametrize("a, b, match", [
-    ([], [1, 2], "a must be non-empty"),
-    ([1, 2], [], "b must be non-empty"),
-    ([[1, 2]], [1, 2], "a must be a 1-D"),
-    ([0.5, 1.0], [1, 2], "a must contain integers"),
-    ([1] * 50, [1] * 50, "at least 2"),          # one category: nothing to compare
-    ([1, 2], [2, 1], "at least 2"),               # too small: everything pools into one bin
-])
+@pytest.mark.parametrize(
+    "a, b, match",
+    [
+        ([], [1, 2], "a must be non-empty"),
+        ([1, 2], [], "b must be non-empty"),
+        ([[1, 2]], [1, 2], "a must be a 1-D"),
+        ([0.5, 1.0], [1, 2], "a must contain integers"),
+        ([1] * 50, [1] * 50, "at least 2"),  # one category: nothing to compare
+        ([1, 2], [2, 1], "at least 2"),  # too small: everything pools into one bin
+    ],
+)
 def test_chi2_bad_inputs(a, b, match):
     with pytest.raises(ValueError, match=match):
         chi2_two_sample(a, b)
@@ -123,7 +136,7 @@ def test_chi2_bad_inputs(a, b, match):
 def test_bad_min_expected_and_calibration_args():
     with pytest.raises(ValueError, match="min_expected"):
         chi2_two_sample([1, 2] * 50, [1, 2] * 50, min_expected=0)
-    sampler = lambda rng: ([1, 2] * 50, [1, 2] * 50)   # noqa: E731
+    sampler = lambda rng: ([1, 2] * 50, [1, 2] * 50)  # noqa: E731
     with pytest.raises(ValueError, match="n_trials"):
         null_calibration(sampler, n_trials=0)
     with pytest.raises(ValueError, match="alpha"):
@@ -133,6 +146,7 @@ def test_bad_min_expected_and_calibration_args():
 
 
 # --- greedy identity --------------------------------------------------------------------------
+
 
 def test_greedy_identity_all_identical():
     seqs = [[1, 2, 3], [4, 5], np.array([7, 8, 9])]
@@ -156,6 +170,7 @@ def test_greedy_identity_length_mismatch_raises():
 
 # --- bootstrap --------------------------------------------------------------------------------
 
+
 def test_bootstrap_ci_covers_true_median_and_is_deterministic():
     # Exponential(1) has median ln 2. A 95 % interval misses it with probability ~5 % for a
     # random seed; with these fixed seeds the outcome is deterministic.
@@ -176,7 +191,7 @@ def test_bootstrap_ratio_ci():
     # AR times ~ 2x SD times: true ratio of medians is 2.
     rng = np.random.default_rng(7)
     sd = rng.lognormal(0.0, 0.2, size=200)
-    ar = 2.0 * sd * rng.lognormal(0.0, 0.05, size=200)     # paired: same prompts
+    ar = 2.0 * sd * rng.lognormal(0.0, 0.05, size=200)  # paired: same prompts
     est, lo, hi = bootstrap_ratio_ci(ar, sd, seed=0)
     assert est == pytest.approx(np.median(ar) / np.median(sd))
     assert lo < 2.0 < hi
@@ -189,12 +204,15 @@ def test_bootstrap_ratio_ci():
     assert bootstrap_ratio_ci(ar, sd, seed=0) == (est, lo, hi)
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    (dict(values=[]), "values"),
-    (dict(values=[1.0, np.nan]), "values"),
-    (dict(values=[1.0, 2.0], n_boot=0), "n_boot"),
-    (dict(values=[1.0, 2.0], level=1.0), "level"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(values=[]), "values"),
+        (dict(values=[1.0, np.nan]), "values"),
+        (dict(values=[1.0, 2.0], n_boot=0), "n_boot"),
+        (dict(values=[1.0, 2.0], level=1.0), "level"),
+    ],
+)
 def test_bootstrap_bad_inputs(kwargs, match):
     with pytest.raises(ValueError, match=match):
         bootstrap_ci(**kwargs)
@@ -223,19 +241,21 @@ def test_permutation_test_is_calibrated_where_the_asymptotic_one_is_not():
     permutation p-value does not. 60 trials at alpha 0.05, fixed seed; the bands are loose
     (binomial sd of the rate ~0.028) so the test is deterministic and fails only on real regressions."""
     from speclib.research.stats import run_permutation_test
+
     rng = np.random.default_rng(0)
     probs = np.ones(20) / 20
     asym, perm = [], []
     for t in range(60):
-        r = run_permutation_test(_sticky_runs(rng, 30, 20, probs), _sticky_runs(rng, 30, 20, probs),
-                                 n_perm=99, seed=t)
-        asym.append(r.p_asymptotic < 0.05); perm.append(r.p_permutation < 0.05)
+        r = run_permutation_test(_sticky_runs(rng, 30, 20, probs), _sticky_runs(rng, 30, 20, probs), n_perm=99, seed=t)
+        asym.append(r.p_asymptotic < 0.05)
+        perm.append(r.p_permutation < 0.05)
     assert np.mean(asym) > 0.3
     assert np.mean(perm) < 0.15
 
 
 def test_permutation_test_detects_a_difference():
     from speclib.research.stats import run_permutation_test
+
     rng = np.random.default_rng(1)
     p1 = np.ones(10) / 10
     p2 = np.r_[np.full(5, 0.14), np.full(5, 0.06)]
@@ -246,10 +266,11 @@ def test_permutation_test_detects_a_difference():
 
 def test_paired_difference_ci():
     from speclib.research.stats import paired_difference_ci
+
     rng = np.random.default_rng(0)
     den = rng.integers(20, 40, 30)
     same = dict(num=rng.binomial(den, 0.5), den=den)
-    assert paired_difference_ci(same, same) == (0.0, 0.0, 0.0)      # identical sides: no spread at all
+    assert paired_difference_ci(same, same) == (0.0, 0.0, 0.0)  # identical sides: no spread at all
     better = dict(num=rng.binomial(den, 0.8), den=den)
     est, lo, hi = paired_difference_ci(better, same, seed=1)
     assert 0 < lo < est < hi and abs(est - (better["num"].sum() / den.sum() - same["num"].sum() / den.sum())) < 1e-12
@@ -260,6 +281,6 @@ def test_paired_difference_ci():
         a, b = dict(num=r.binomial(den, 0.5), den=den), dict(num=r.binomial(den, 0.5), den=den)
         _, lo, hi = paired_difference_ci(a, b, n_boot=400, seed=s)
         holds += lo <= 0 <= hi
-    assert holds >= 180                    # 0.90: the percentile bootstrap runs a little narrow at 30 units
+    assert holds >= 180  # 0.90: the percentile bootstrap runs a little narrow at 30 units
     with pytest.raises(ValueError, match="same units"):
         paired_difference_ci(same, dict(num=[1, 2], den=[2, 2]))

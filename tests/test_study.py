@@ -1,5 +1,6 @@
 """Results modes (speclib.workbook.study): a step is reused exactly when it was saved with the parameters it
 uses, "reuse" refuses anything else, and what a notebook draws is the same either way."""
+
 import json
 
 import matplotlib
@@ -7,10 +8,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from speclib.core.device import REPO
 from speclib.lms import lm as lm_module
 from speclib.workbook import plotting, provenance, results, study
-from speclib.core.device import REPO
-from speclib.workbook.study import Study, StepMismatch
+from speclib.workbook.study import StepMismatch, Study
 
 DEFAULTS = dict(SMOKE=False, N=4, K=[1, 2], RESULTS="auto", PUBLISH=False)
 
@@ -23,6 +24,7 @@ def out(tmp_path, monkeypatch):
 
 class Counter:
     """A step function that counts its calls; its table depends on N and K."""
+
     def __init__(self):
         self.calls = 0
 
@@ -30,8 +32,11 @@ class Counter:
         def compute():
             self.calls += 1
             rng = np.random.default_rng(ns["N"])
-            return {"draws": pd.DataFrame({"k": np.repeat(ns["K"], ns["N"]), "x": rng.normal(size=ns["N"] * len(ns["K"]))}),
-                    "summary": pd.DataFrame({"n": [ns["N"]], "tag": ["a"]})}
+            return {
+                "draws": pd.DataFrame({"k": np.repeat(ns["K"], ns["N"]), "x": rng.normal(size=ns["N"] * len(ns["K"]))}),
+                "summary": pd.DataFrame({"n": [ns["N"]], "tag": ["a"]}),
+            }
+
         return compute
 
 
@@ -50,9 +55,9 @@ def test_auto_computes_once_then_reuses_and_recomputes_when_a_used_parameter_cha
     assert c.calls == 1 and s.summary().action.tolist() == ["reused"]
     for t in first:
         pd.testing.assert_frame_equal(first[t], again[t])
-    s, other, _ = run(dict(ns, N=5), counter=c)              # N is used: computed anew
+    s, other, _ = run(dict(ns, N=5), counter=c)  # N is used: computed anew
     assert c.calls == 2 and len(other["draws"]) == 10
-    s, _, _ = run(dict(ns, N=5, SMOKE=True), counter=c)      # SMOKE is not used by this step: reused
+    s, _, _ = run(dict(ns, N=5, SMOKE=True), counter=c)  # SMOKE is not used by this step: reused
     assert c.calls == 2 and s.summary().action.tolist() == ["reused"]
 
 
@@ -66,7 +71,7 @@ def test_recompute_always_computes_and_reuse_refuses_other_parameters(out):
     with pytest.raises(StepMismatch, match="K saved \\[1, 2\\], now \\[1, 2, 3\\]"):
         run(dict(DEFAULTS, K=(1, 2, 3)), mode="reuse", counter=c)
     assert c.calls == 2
-    _, tables, _ = run(dict(DEFAULTS, K=(1, 2)), mode="reuse", counter=c)   # a tuple means the same as the list
+    _, tables, _ = run(dict(DEFAULTS, K=(1, 2)), mode="reuse", counter=c)  # a tuple means the same as the list
     assert c.calls == 2 and len(tables["draws"]) == 8
 
 
@@ -78,7 +83,7 @@ def test_reuse_with_nothing_saved_is_a_clear_error(out):
 def test_a_table_overwritten_by_another_run_is_not_reused(out):
     c = Counter()
     run(dict(DEFAULTS), counter=c)
-    results.save(pd.DataFrame({"n": [99], "tag": ["b"]}), "99_test/summary")   # someone else's table
+    results.save(pd.DataFrame({"n": [99], "tag": ["b"]}), "99_test/summary")  # someone else's table
     _, tables, _ = run(dict(DEFAULTS), counter=c)
     assert c.calls == 2 and tables["summary"].n.tolist() == [4]
 
@@ -112,14 +117,14 @@ def test_a_step_named_in_uses_stands_for_its_parameters(out):
     s2 = Study("99_test", dict(ns, N=9), defaults=DEFAULTS)
     s2.step("first", lambda: pd.DataFrame({"a": [9]}), uses=["N"])
     s2.step("second", lambda: calls.append(1) or pd.DataFrame({"b": [1]}), uses=["first", "K"])
-    assert len(calls) == 2                                  # N changed, so the step that reads "first" reran
+    assert len(calls) == 2  # N changed, so the step that reads "first" reran
 
 
 def test_manifest_records_parameters_code_version_and_time(out):
     s, _, _ = run(dict(DEFAULTS, SMOKE=True))
     man = json.loads((out / "results" / "99_test" / "sample.step.json").read_text())
     assert man["params"] == {"K": [1, 2], "N": 4}
-    assert man["notebook_params"] == {"K": [1, 2], "N": 4, "SMOKE": True}     # RESULTS, PUBLISH left out
+    assert man["notebook_params"] == {"K": [1, 2], "N": 4, "SMOKE": True}  # RESULTS, PUBLISH left out
     assert set(man) >= {"git_sha", "dirty", "seconds", "run_id", "tables"} and man["tables"] == ["draws", "summary"]
 
 
@@ -151,7 +156,7 @@ def test_runs_with_non_default_parameters_write_under_build_unless_asked_to_publ
     s = Study("99_test", dict(DEFAULTS, SMOKE=True), publish=True, defaults=DEFAULTS)
     assert s.published and s.out is None
     monkeypatch.delenv("SPECLIB_OUT", raising=False)
-    s = Study("99_test", dict(DEFAULTS), defaults=DEFAULTS)      # every parameter at its default: publishes
+    s = Study("99_test", dict(DEFAULTS), defaults=DEFAULTS)  # every parameter at its default: publishes
     assert s.published and s.out is None
     tables = s.step("sample", Counter()(dict(DEFAULTS)), uses=["N", "K"])
     assert (tmp_path / "data" / "results" / "99_test" / "draws.parquet").is_file() and len(tables["draws"]) == 8
@@ -188,7 +193,8 @@ def test_values_in_always_are_part_of_every_step(out):
 def test_adopting_tables_saved_before_steps_existed(out, monkeypatch):
     results.save(pd.DataFrame({"x": [1.0, 2.0]}), "99_test/runs")
     old_sha = results.load("99_test/runs").git_sha[0]
-    results.save(pd.DataFrame({"a": [1]}), "99_test/t1"); results.save(pd.DataFrame({"b": [2]}), "99_test/t2")
+    results.save(pd.DataFrame({"a": [1]}), "99_test/t1")
+    results.save(pd.DataFrame({"b": [2]}), "99_test/t2")
     monkeypatch.setenv("SPECLIB_ADOPT", "runs; pair=t1,t2")
     s = Study("99_test", dict(DEFAULTS), defaults=DEFAULTS)
     runs = s.step("runs", lambda: pytest.fail("an adopted step must not compute"), uses=["N"])
@@ -207,7 +213,7 @@ def test_a_published_run_after_an_unpublished_one_in_the_same_kernel_publishes(t
         monkeypatch.setattr(mod, "REPO", tmp_path)
     smoke = Study("99_test", dict(DEFAULTS, SMOKE=True), defaults=DEFAULTS)
     assert smoke.out is not None and results.root() == smoke.out / "results"
-    full = Study("99_test", dict(DEFAULTS), defaults=DEFAULTS)       # e.g. the reader reset the parameters cell
+    full = Study("99_test", dict(DEFAULTS), defaults=DEFAULTS)  # e.g. the reader reset the parameters cell
     assert full.out is None and results.root() == tmp_path / "data" / "results"
 
 
@@ -222,13 +228,13 @@ def test_broken_steps_names_an_overwritten_table(tmp_path, monkeypatch):
     s = Study("99_test", dict(DEFAULTS), defaults=DEFAULTS)
     s.step("runs", lambda: pd.DataFrame(dict(x=[1, 2])))
     assert study.broken_steps(tmp_path / "results") == []
-    results.save(pd.DataFrame(dict(x=[3])), "99_test/runs")            # a summary under the step's name
+    results.save(pd.DataFrame(dict(x=[3])), "99_test/runs")  # a summary under the step's name
     assert [b.split(":")[0] for b in study.broken_steps(tmp_path / "results")] == ["99_test/runs"]
 
 
 # --- provenance: what a step ran with, and whether that has changed since ---------------------------------
 def test_manifest_records_loaded_code_modules_checkpoints_and_calibration(out):
-    ns = dict(DEFAULTS, N="code-draft")                      # a parameter naming a shipped checkpoint
+    ns = dict(DEFAULTS, N="code-draft")  # a parameter naming a shipped checkpoint
     times = iter([10.0, 12.5])
     s = Study("99_test", ns, defaults=DEFAULTS, calibrate=lambda: next(times))
     s.step("named", lambda: pd.DataFrame({"a": [1]}), uses=["N"])
@@ -246,7 +252,7 @@ def _edit_manifest(out, name, **changes):
     for k, v in changes.items():
         if v is None:
             man.pop(k)
-        elif isinstance(v, list):            # [dict]: replace the whole field
+        elif isinstance(v, list):  # [dict]: replace the whole field
             man[k] = v[0]
         elif isinstance(v, dict):
             man[k] = {**man[k], **v}
@@ -259,7 +265,7 @@ def test_a_reused_step_whose_code_changed_is_flagged_stale_and_listed(out, capsy
     ns = dict(DEFAULTS)
     run(ns)
     s, _, _ = run(ns)
-    assert s.summary().action.tolist() == ["reused"]          # negative control: nothing changed, nothing flagged
+    assert s.summary().action.tolist() == ["reused"]  # negative control: nothing changed, nothing flagged
     assert study.stale_steps(out / "results").status.tolist() == ["current"]
     _edit_manifest(out, "sample", modules={"speclib/workbook/study.py": "0" * 12})
     s, _, c = run(ns)
@@ -296,6 +302,7 @@ def test_a_manifest_without_fingerprints_has_unknown_provenance(out):
 
 def test_dirty_ignores_the_runs_own_outputs(tmp_path, monkeypatch):
     import subprocess
+
     git = lambda *a: subprocess.run(["git", *a], cwd=tmp_path, check=True, capture_output=True)
     git("init", "-q")
     for f in ["speclib/x.py", "data/results/01/t.parquet", "figures/f.png", "README.md"]:

@@ -1,18 +1,41 @@
-"""The support matrix (speclib/research/support.py) family by family, and StatefulLM's snapshot-replay against the
+"""The support matrix (speclib/workbook/support.py) family by family, and StatefulLM's snapshot-replay against the
 slow obvious twin: a fresh full forward over the whole sequence."""
+
 import random
 
 import pytest
 import torch
 
-from speclib.research import support
 from speclib.lms.stateful import StatefulLM
+from speclib.workbook import support
 
 CHECKED = [f for f, spec in support.FAMILIES.items() if not isinstance(spec, str)]
-STATEFUL = {"mamba2", "falcon_h1", "bamba", "jamba", "zamba2", "granitemoehybrid", "nemotron_h", "lfm2",
-            "minimax", "kimi_linear", "mamba", "falcon_mamba", "zamba", "lfm2_moe", "olmo_hybrid", "lfm3", "zaya",
-            "lara_mini", "inkling_text", "inkling2_text", "inkling2_loop_text", "qwen4_exp_text", "bailing_hybrid"}
-HYBRID = {"qwen3_5_text", "qwen3_5_moe_text", "qwen3_next"}      # speclib's own Gated DeltaNet forward
+STATEFUL = {
+    "mamba2",
+    "falcon_h1",
+    "bamba",
+    "jamba",
+    "zamba2",
+    "granitemoehybrid",
+    "nemotron_h",
+    "lfm2",
+    "minimax",
+    "kimi_linear",
+    "mamba",
+    "falcon_mamba",
+    "zamba",
+    "lfm2_moe",
+    "olmo_hybrid",
+    "lfm3",
+    "zaya",
+    "lara_mini",
+    "inkling_text",
+    "inkling2_text",
+    "inkling2_loop_text",
+    "qwen4_exp_text",
+    "bailing_hybrid",
+}
+HYBRID = {"qwen3_5_text", "qwen3_5_moe_text", "qwen3_next"}  # speclib's own Gated DeltaNet forward
 # Families whose trees must be refused: recurrent states (StatefulLM) or sliding-window attention layers.
 NO_TREES = STATEFUL | {"mistral", "gemma2", "gemma3_text"}
 LM_CLASS = {f: "StatefulLM" for f in STATEFUL} | {f: "HybridLM" for f in HYBRID} | {"llama": "LlamaLM"}
@@ -39,7 +62,7 @@ def test_family(family, folder):
     if family in STATEFUL:
         serial = family in {"jamba", "mamba", "falcon_mamba", "zamba"}
         assert row["strategy"] == "snapshot-replay" + (" (serial)" if serial else "")
-    assert 0 <= row["sd_acceptance"] <= 1        # both commit paths are also checked directly in check_chains
+    assert 0 <= row["sd_acceptance"] <= 1  # both commit paths are also checked directly in check_chains
 
 
 def test_qwen3_5_multimodal_checkpoint_loads_as_hybrid(folder):
@@ -65,14 +88,14 @@ def test_random_chains_partial_and_full_accept(stateful, seed):
     assert torch.allclose(lm.reset(committed), fresh(lm, committed), atol=1e-4)
     for _ in range(5):
         chain = []
-        for _ in range(rnd.randint(1, 3)):          # a chain built over several extends
+        for _ in range(rnd.randint(1, 3)):  # a chain built over several extends
             new = [rnd.randrange(support.V) for _ in range(rnd.randint(1, 4))]
             logits = lm.extend(new, list(range(len(chain) - 1, len(chain) + len(new) - 1)))
             chain += new
             for j in range(len(new)):
-                ids = committed + chain[:len(chain) - len(new) + j + 1]
+                ids = committed + chain[: len(chain) - len(new) + j + 1]
                 assert torch.allclose(logits[j], fresh(lm, ids), atol=1e-4), (seed, j)
-        keep = rnd.choice([len(chain), rnd.randrange(len(chain) + 1)])    # full accept half the time
+        keep = rnd.choice([len(chain), rnd.randrange(len(chain) + 1)])  # full accept half the time
         lm.commit(list(range(keep)))
         committed += chain[:keep]
         assert lm.n_committed == len(committed)
@@ -89,7 +112,7 @@ def test_commit_nothing_restores(stateful):
     assert lm.n_committed == 3
     assert torch.allclose(lm.extend([7], [-1])[0], fresh(lm, [1, 2, 3, 7]), atol=1e-4)
     lm.commit([0])
-    lm.commit([])                                     # nothing pending: a no-op
+    lm.commit([])  # nothing pending: a no-op
     assert torch.allclose(lm.extend([8], [-1])[0], fresh(lm, [1, 2, 3, 7, 8]), atol=1e-4)
 
 
@@ -98,7 +121,9 @@ def test_serial_probe_finds_restarting_scans(family):
     """These Mamba-1 scans ignore the cached state on a multi-token input: the probe itself (not only
     SERIAL_TYPES) must catch it in fp32, or extends would be silently wrong on look-alike models."""
     import inspect
+
     from speclib.lms.stateful import _multi_token_probe
+
     model = support.tiny_model(family)
     takes_positions = "position_ids" in inspect.signature(model.forward).parameters
     assert _multi_token_probe(model, support.V, "cpu", takes_positions) is not None
@@ -120,7 +145,7 @@ def test_snapshot_kind():
     assert lm.snapshot_kind == "layers"
     lm = StatefulLM(support.tiny_model("minimax"), None, "cpu")
     lm.reset([1, 2])
-    assert lm.snapshot_kind == "deepcopy"             # MiniMaxCache is a cache class of its own
+    assert lm.snapshot_kind == "deepcopy"  # MiniMaxCache is a cache class of its own
 
 
 def test_extend_before_reset():
@@ -138,7 +163,7 @@ def test_tree_is_refused_and_leaves_the_state(stateful):
     with pytest.raises(ValueError, match="chains only.*ONE recurrent state per layer"):
         lm.extend([5, 6], [-1, -1])
     with pytest.raises(ValueError, match="chains only"):
-        lm.extend([5], [-1])                          # a second root while node 0 is pending
+        lm.extend([5], [-1])  # a second root while node 0 is pending
     assert lm.pending_parents == [-1]
     assert torch.allclose(lm.extend([5], [0])[0], fresh(lm, [1, 2, 3, 4, 5]), atol=1e-4)
     lm.commit([0, 1])
@@ -158,6 +183,7 @@ def test_bad_input_before_state_change(stateful):
 
 def test_load_dispatches_stateful(tmp_path):
     import speclib
+
     target, _ = support.save_pair(support.tiny_model("mamba2"), tmp_path)
     lm = speclib.load(str(target))
     assert isinstance(lm, StatefulLM) and lm.strategy == "snapshot-replay"
@@ -165,7 +191,9 @@ def test_load_dispatches_stateful(tmp_path):
 
 def test_hub_id_offline_is_a_clear_error(monkeypatch, tmp_path):
     import huggingface_hub.constants
+
     import speclib
+
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
     monkeypatch.setenv("HF_HOME", str(tmp_path))
@@ -177,9 +205,18 @@ def test_hub_id_offline_is_a_clear_error(monkeypatch, tmp_path):
 
 def test_unsupported_family_is_a_clear_error():
     from transformers import AutoConfig, AutoModelForCausalLM
+
     from speclib.lms.loading import wrap
-    cfg = AutoConfig.for_model("rwkv", vocab_size=64, hidden_size=32, num_hidden_layers=2, attention_hidden_size=32,
-                               intermediate_size=64, context_length=64)
+
+    cfg = AutoConfig.for_model(
+        "rwkv",
+        vocab_size=64,
+        hidden_size=32,
+        num_hidden_layers=2,
+        attention_hidden_size=32,
+        intermediate_size=64,
+        context_length=64,
+    )
     with pytest.raises(ValueError, match="not supported.*Cache"):
         wrap(AutoModelForCausalLM.from_config(cfg), None, torch.device("cpu"))
 
@@ -188,9 +225,9 @@ def test_unsupported_family_is_a_clear_error():
 def test_sliding_window_chains_past_the_window(family):
     """HFLM on sliding-window layers, well past a 6-token window: rejections must leave the cache exactly
     as a fresh forward sees the sequence (positions counted by the layer itself are reset on commit)."""
-    from speclib import ModelDrafter, Sampling
-    from speclib import generate
+    from speclib import ModelDrafter, Sampling, generate
     from speclib.lms.lm import HFLM
+
     lm = HFLM(support.tiny_model(family, sliding_window=6), None, torch.device("cpu"))
     rnd = random.Random(0)
     committed = [rnd.randrange(support.V) for _ in range(10)]
@@ -199,7 +236,7 @@ def test_sliding_window_chains_past_the_window(family):
         chain = [rnd.randrange(support.V) for _ in range(4)]
         logits = lm.extend(chain, [-1, 0, 1, 2])
         for j in range(4):
-            assert torch.allclose(logits[j], fresh(lm, committed + chain[:j + 1]), atol=1e-4), (keep, j)
+            assert torch.allclose(logits[j], fresh(lm, committed + chain[: j + 1]), atol=1e-4), (keep, j)
         lm.commit(list(range(keep)))
         committed += chain[:keep]
     assert lm.trees_unsupported() is not None
@@ -211,19 +248,20 @@ def test_sliding_window_chains_past_the_window(family):
     assert sd.tokens == ar
 
 
-@pytest.mark.parametrize("family", sorted(HYBRID - {"qwen3_5_text"}))   # qwen3_5_text: tests/test_hybrid.py
+@pytest.mark.parametrize("family", sorted(HYBRID - {"qwen3_5_text"}))  # qwen3_5_text: tests/test_hybrid.py
 @pytest.mark.parametrize("strategy", ["materialize", "replay"])
 def test_hybrid_families_every_strategy(family, strategy):
     """The matrix checks the closed form; the other strategies share the GDN maths but not the input
     projections (Qwen3-Next fuses them), so each is checked against fresh forwards too."""
     from speclib.lms.hybrid import HybridLM
+
     lm = HybridLM(support.tiny_model(family), None, "cpu", strategy=strategy)
     prompt = list(range(10, 22))
-    if strategy == "replay":                      # chains only
+    if strategy == "replay":  # chains only
         lm.reset(prompt)
         out = lm.extend([5, 6, 7], [-1, 0, 1])
         for i in range(3):
-            assert support._close(out[i], support.fresh_logits(lm, prompt + [5, 6, 7][:i + 1]))
+            assert support._close(out[i], support.fresh_logits(lm, prompt + [5, 6, 7][: i + 1]))
         lm.commit([0])
         assert support._close(lm.extend([9], [-1])[0], support.fresh_logits(lm, prompt + [5, 9]))
     else:

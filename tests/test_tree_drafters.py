@@ -4,15 +4,15 @@ Statistical tests use speclib.research.stats.chi2_two_sample at alpha = 1e-3 on 
 (lossless drafting) an assertion fails for 0.1% of seed sets, and with the seeds fixed the outcome is
 the same on every run.
 """
+
 import pytest
 import torch
-
-from speclib import ModelDrafter, Sampling
-from speclib import generate
-from speclib.drafters import TreeDrafter
-from speclib.core.sampling import probs
-from speclib.research.stats import chi2_two_sample
 from conftest import tiny_lm
+
+from speclib import ModelDrafter, Sampling, generate
+from speclib.core.sampling import probs
+from speclib.drafters import TreeDrafter
+from speclib.research.stats import chi2_two_sample
 
 GREEDY = Sampling(0.0)
 T1 = Sampling(1.0)
@@ -42,6 +42,7 @@ def sharpen(lm, factor):
 
 class Recording(TreeDrafter):
     """Keeps every tree it drafts."""
+
     def reset(self, *a):
         super().reset(*a)
         self.trees = []
@@ -55,23 +56,26 @@ class Recording(TreeDrafter):
 def check_tree(tree, drafter, sampling):
     n = len(tree)
     assert 0 < n <= drafter.max_nodes
-    assert all(-1 <= p < i for i, p in enumerate(tree.parents))           # topological
+    assert all(-1 <= p < i for i, p in enumerate(tree.parents))  # topological
     assert max(tree.depths()) < drafter.depth
     q = tree.q
     assert q.shape == (n, drafter.lm.vocab_size)
     assert (q >= 0).all() and torch.allclose(q.sum(-1), torch.ones(n), atol=1e-5)
     for kids in tree.children:
         toks = [tree.tokens[c] for c in kids]
-        assert len(set(toks)) == len(toks)                                 # siblings distinct
+        assert len(set(toks)) == len(toks)  # siblings distinct
         for j, c in enumerate(kids):
             assert q[c, tree.tokens[c]] > 0
-            assert all(q[c, t] == 0 for t in toks[:j])                     # drawn without replacement
+            assert all(q[c, t] == 0 for t in toks[:j])  # drawn without replacement
             if sampling.greedy:
-                assert q[c, tree.tokens[c]] == 1                           # one-hot on the node's token
+                assert q[c, tree.tokens[c]] == 1  # one-hot on the node's token
 
 
-@pytest.mark.parametrize("kind", [FIXED, CONF, dict(budget=7, depth=3, top=3), dict(branching=(5, 1, 2)), SPINE],
-                         ids=["fixed", "conf", "conf-small", "fixed-512", "spine"])
+@pytest.mark.parametrize(
+    "kind",
+    [FIXED, CONF, dict(budget=7, depth=3, top=3), dict(branching=(5, 1, 2)), SPINE],
+    ids=["fixed", "conf", "conf-small", "fixed-512", "spine"],
+)
 @pytest.mark.parametrize("sampling", [GREEDY, T1, TRUNC], ids=["greedy", "t1", "trunc"])
 def test_draft_is_a_valid_tree(pair, kind, sampling):
     target, draft = pair
@@ -82,7 +86,7 @@ def test_draft_is_a_valid_tree(pair, kind, sampling):
     for step in range(4):
         tree = d.draft(context)
         check_tree(tree, d, sampling)
-        if "branching" in kind and sampling is not TRUNC:           # full support: the exact shape
+        if "branching" in kind and sampling is not TRUNC:  # full support: the exact shape
             assert len(tree) == d.max_nodes
         accepted = [tree.tokens[i] for i in tree.path_to(max(0, len(tree) - 1 - step))][: step + 1]
         d.observe(accepted)
@@ -94,18 +98,28 @@ def test_max_nodes_and_bad_arguments(pair):
     assert TreeDrafter(draft, branching=(3, 2, 1, 1)).max_nodes == 3 + 6 + 6 + 6
     assert TreeDrafter(draft).max_nodes == 21
     assert TreeDrafter(draft, budget=16).max_nodes == 16
-    for bad in [dict(branching=()), dict(branching=(2, 0)), dict(branching=3), dict(budget=0),
-                dict(budget=8, depth=0), dict(budget=8, top=0), dict(budget=8, expand="random"),
-                dict(branching=(2,), budget=8), dict(budget=3, depth=4, expand="spine"),
-                dict(budget=8, min_value=1.0), dict(budget=8, min_value=-0.1)]:
+    for bad in [
+        dict(branching=()),
+        dict(branching=(2, 0)),
+        dict(branching=3),
+        dict(budget=0),
+        dict(budget=8, depth=0),
+        dict(budget=8, top=0),
+        dict(budget=8, expand="random"),
+        dict(branching=(2,), budget=8),
+        dict(budget=3, depth=4, expand="spine"),
+        dict(budget=8, min_value=1.0),
+        dict(budget=8, min_value=-0.1),
+    ]:
         with pytest.raises(ValueError):
             TreeDrafter(draft, **bad)
     with pytest.raises(ValueError, match="vocabulary"):
         generate(tiny_lm(vocab=65), [1], 5, drafter=TreeDrafter(draft))
 
 
-@pytest.mark.parametrize("kind", [FIXED, CONF, dict(budget=7, depth=3, top=3), SPINE],
-                         ids=["fixed", "conf", "conf-small", "spine"])
+@pytest.mark.parametrize(
+    "kind", [FIXED, CONF, dict(budget=7, depth=3, top=3), SPINE], ids=["fixed", "conf", "conf-small", "spine"]
+)
 @pytest.mark.parametrize("sampling", [T1, TRUNC, GREEDY], ids=["t1", "trunc", "greedy"])
 def test_draft_cache_tracks_the_context(kind, sampling):
     """After observe(), the draft LM's state must equal a fresh prefill of the context: the root's
@@ -128,8 +142,9 @@ def test_draft_cache_tracks_the_context(kind, sampling):
         context = context + accepted + [20 + step]
 
 
-@pytest.mark.parametrize("kind", [FIXED, CONF, dict(budget=5, depth=2, top=3), SPINE],
-                         ids=["fixed", "conf", "conf-small", "spine"])
+@pytest.mark.parametrize(
+    "kind", [FIXED, CONF, dict(budget=5, depth=2, top=3), SPINE], ids=["fixed", "conf", "conf-small", "spine"]
+)
 def test_greedy_tree_sd_equals_ar(pair, kind):
     """Accepted draft tokens over the three prompts, measured: unrelated draft 5 / 5 / 5 / 0 (fixed / conf /
     conf-small / spine), the target's noisy copy 62 / 68 / 52 / 56; the noisy copy must exercise accepts."""
@@ -168,21 +183,33 @@ def test_greedy_acceptance_is_maximal_with_the_target_as_draft():
 
 
 def _token_at(target, make_drafter, pos, n_runs, sampling, seed0=0):
-    return [generate(target, [3, 1, 4], pos + 1, drafter=make_drafter() if make_drafter else None,
-                     sampling=sampling, seed=seed0 + s).tokens[pos] for s in range(n_runs)]
+    return [
+        generate(
+            target,
+            [3, 1, 4],
+            pos + 1,
+            drafter=make_drafter() if make_drafter else None,
+            sampling=sampling,
+            seed=seed0 + s,
+        ).tokens[pos]
+        for s in range(n_runs)
+    ]
 
 
 class GreedyChildrenClaimedSampled(TreeDrafter):
     """A wrong drafter (the HF #32867 family): children are the top-b draft tokens, deterministic,
     but q is stored as if they had been sampled from the draft distribution."""
+
     def _children(self, row, conf, n):
         top = conf.topk(min(n, int((conf > 0).sum()))).indices.tolist()
         return [(x, conf) for x in top]
 
 
-@pytest.mark.parametrize("sampling,kind", [(T1, FIXED), (TRUNC, dict(budget=5, depth=2, top=3)),
-                                           (T1, dict(budget=6, expand="spine", depth=3, top=3))],
-                         ids=["t1-fixed", "trunc-conf", "t1-spine"])
+@pytest.mark.parametrize(
+    "sampling,kind",
+    [(T1, FIXED), (TRUNC, dict(budget=5, depth=2, top=3)), (T1, dict(budget=6, expand="spine", depth=3, top=3))],
+    ids=["t1-fixed", "trunc-conf", "t1-spine"],
+)
 def test_chi_square_ar_vs_tree_sd(pair, sampling, kind):
     """Token at new-token index 4 over 1200 independent seeded runs (i.i.d.), AR vs tree SD:
     two-sample chi-square, alpha = 1e-3 (0.1% false-positive rate per assertion under the null;
@@ -199,8 +226,9 @@ def test_chi_square_ar_vs_tree_sd(pair, sampling, kind):
     sd = _token_at(target, lambda: TreeDrafter(draft, **kind), 4, n, sampling, seed0=10**6)
     assert chi2_two_sample(ar, sd).p > 1e-3
     if sampling is T1:
-        bad = _token_at(target, lambda: GreedyChildrenClaimedSampled(draft, branching=(2, 2)), 4, 400, sampling,
-                        seed0=10**6)
+        bad = _token_at(
+            target, lambda: GreedyChildrenClaimedSampled(draft, branching=(2, 2)), 4, 400, sampling, seed0=10**6
+        )
         assert chi2_two_sample(ar, bad).p < 1e-6
 
 
@@ -241,7 +269,7 @@ def test_spine_is_the_chain_plus_leaves():
             firsts.append(tree.children[row][0])
             row = firsts[-1] + 1
         assert [tree.tokens[i] for i in firsts] == want.tokens
-        assert len(spine.lm.pending_parents) == len(chain.lm.pending_parents)      # leaves never fed
+        assert len(spine.lm.pending_parents) == len(chain.lm.pending_parents)  # leaves never fed
         for i in set(range(len(tree))) - set(firsts):
             assert not tree.children[i + 1] and tree.parents[i] in [-1] + firsts
             assert spine.values[i] >= min_value

@@ -8,6 +8,7 @@ reads when it is FIRST imported. conftest imports transformers, which imports tr
 module; unless TRITON_INTERPRET=1 was already in the environment, the Triton tests then re-run
 themselves in a subprocess that has it (test_triton_in_subprocess).
 """
+
 import math
 import os
 import random
@@ -23,20 +24,27 @@ ON_GPU = torch.cuda.is_available()
 if not ON_GPU and "triton" not in sys.modules:
     os.environ.setdefault("TRITON_INTERPRET", "1")  # harmless without a GPU; must precede triton's import
 
-from speclib.kernels.tree_gdn import fold, recurrent_gated_delta_rule, tree_conv1d, tree_conv1d_naive, tree_gdn
 from speclib.core.tree import ancestor_mask, path_to  # noqa: E402
+from speclib.kernels.tree_gdn import fold, recurrent_gated_delta_rule, tree_conv1d, tree_conv1d_naive, tree_gdn
 
 try:
     from speclib.kernels.tree_gdn.triton import interpreter_ready
+
     HAVE_TRITON = True
 except ImportError:
     HAVE_TRITON = False
 IN_PROCESS = HAVE_TRITON and (ON_GPU or interpreter_ready())
 
-TRITON = pytest.param("triton", marks=[
-    pytest.mark.skipif(not HAVE_TRITON, reason="triton is not installed, so the Triton kernel cannot run"),
-    pytest.mark.skipif(HAVE_TRITON and not IN_PROCESS, reason="triton was imported before TRITON_INTERPRET=1: "
-                       "these run in test_triton_in_subprocess")])
+TRITON = pytest.param(
+    "triton",
+    marks=[
+        pytest.mark.skipif(not HAVE_TRITON, reason="triton is not installed, so the Triton kernel cannot run"),
+        pytest.mark.skipif(
+            HAVE_TRITON and not IN_PROCESS,
+            reason="triton was imported before TRITON_INTERPRET=1: these run in test_triton_in_subprocess",
+        ),
+    ],
+)
 FAST = ["chunk", TRITON]
 TOL32 = dict(rtol=1e-5, atol=1e-5)
 TOL16 = dict(rtol=2e-2, atol=2e-2)
@@ -51,10 +59,17 @@ def on(impl, ts):
 @pytest.mark.skipif(not HAVE_TRITON or IN_PROCESS, reason="the Triton tests already run in this process")
 def test_triton_in_subprocess():
     env = dict(os.environ, TRITON_INTERPRET="1", OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
-    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__,
-                        "-k", "triton and not subprocess"], env=env, capture_output=True, text=True,
-                       cwd=Path(__file__).parents[1], timeout=600)
-    assert r.returncode == 0 and " passed" in r.stdout and "skipped" not in r.stdout, r.stdout[-3000:] + r.stderr[-2000:]
+    r = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__, "-k", "triton and not subprocess"],
+        env=env,
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).parents[1],
+        timeout=600,
+    )
+    assert r.returncode == 0 and " passed" in r.stdout and "skipped" not in r.stdout, (
+        r.stdout[-3000:] + r.stderr[-2000:]
+    )
 
 
 def forest(n, roots=1, seed=0):
@@ -66,10 +81,10 @@ def forest(n, roots=1, seed=0):
 def inputs(B, N, H, K, V, seed=0, dtype=torch.float32, gscale=1.0):
     gen = torch.Generator().manual_seed(seed)
     r = lambda *s: torch.randn(*s, generator=gen)  # noqa: E731
-    q = F.normalize(r(B, N, H, K), dim=-1) * K ** -0.5          # the caller's job, see naive.py
+    q = F.normalize(r(B, N, H, K), dim=-1) * K**-0.5  # the caller's job, see naive.py
     k = F.normalize(r(B, N, H, K), dim=-1)
     v = r(B, N, H, V)
-    g = F.logsigmoid(r(B, N, H) + 2) * gscale                    # log-decay <= 0
+    g = F.logsigmoid(r(B, N, H) + 2) * gscale  # log-decay <= 0
     beta = torch.sigmoid(r(B, N, H))
     S0 = r(B, H, K, V)
     return [t.to(dtype) for t in (q, k, v, g, beta, S0)]
@@ -90,7 +105,7 @@ def fla_recurrent(q, k, v, g, beta, S0):
 
 CASES = {  # name: (parents, B, H, K, V)
     "single": ([-1], 1, 1, 7, 7),
-    "single_batched": ([-1], 3, 4, 7, 9),          # the AR-step fast path, several rows and heads
+    "single_batched": ([-1], 3, 4, 7, 9),  # the AR-step fast path, several rows and heads
     "fan_depth1": ([-1] + [0] * 9, 2, 3, 5, 9),
     "roots_only": ([-1] * 6, 1, 3, 16, 16),
     "chain40": (list(range(-1, 39)), 2, 1, 7, 7),
@@ -150,6 +165,7 @@ def test_per_batch_parents_and_huge_decay(impl):
 @pytest.mark.parametrize("impl", [TRITON])
 def test_triton_writes_every_element(impl):
     from speclib.kernels.tree_gdn.triton import tree_gdn_triton
+
     par = torch.tensor(forest(37, 3, 5))
     q, k, v, g, beta, S0 = inputs(2, 37, 3, 5, 9, seed=5)
     out = [torch.full(s, math.nan, device=DEV) for s in ((2, 37, 3, 9), (2, 37, 3, 9), (2, 37, 3))]

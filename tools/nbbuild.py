@@ -5,6 +5,7 @@
 
 The first code cell is tagged `parameters` for papermill. Outputs are never written.
 """
+
 import sys
 
 import nbformat

@@ -8,6 +8,7 @@ the path-dependent short causal conv that precedes the rule.
 Implementations (they agree; tests/test_tree_gdn.py): "naive" (the definition, per-node loop),
 "chunk" (PyTorch closed form), "triton" (one kernel; CUDA, or CPU under TRITON_INTERPRET=1).
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -18,8 +19,17 @@ from .chunk import tree_gdn_chunk
 from .conv import tree_conv1d, tree_conv1d_naive
 from .naive import Factors, recurrent_gated_delta_rule, tree_gdn_naive
 
-__all__ = ["tree_gdn", "fold", "tree_conv1d", "Factors", "IMPLS",
-           "tree_gdn_naive", "tree_gdn_chunk", "tree_conv1d_naive", "recurrent_gated_delta_rule"]
+__all__ = [
+    "tree_gdn",
+    "fold",
+    "tree_conv1d",
+    "Factors",
+    "IMPLS",
+    "tree_gdn_naive",
+    "tree_gdn_chunk",
+    "tree_conv1d_naive",
+    "recurrent_gated_delta_rule",
+]
 
 IMPLS = ("auto", "naive", "chunk", "triton")
 
@@ -49,6 +59,7 @@ def tree_gdn(q, k, v, g, beta, parents, state, impl: str = "auto"):
         impl = "chunk"
         if q.is_cuda and _triton_available():
             from .triton import MAX_NODES
+
             impl = "triton" if q.shape[1] <= MAX_NODES else "chunk"
     if impl == "naive":
         return tree_gdn_naive(q, k, v, g, beta, parents, state)
@@ -57,6 +68,7 @@ def tree_gdn(q, k, v, g, beta, parents, state, impl: str = "auto"):
     if not _triton_available():
         raise ValueError("impl='triton' needs the triton package (pip install triton)")
     from .triton import tree_gdn_triton  # imported late: triton is optional and slow to import
+
     return tree_gdn_triton(q, k, v, g, beta, parents, state)
 
 
@@ -89,23 +101,25 @@ def fold(factors: Factors, path, state: torch.Tensor) -> torch.Tensor:
         for t, node in enumerate(p):
             want = p[t - 1] if t else -1
             if not 0 <= node < N or par[b][node] != want:
-                raise ValueError(f"path must run root-to-leaf through the forest (node indices 0..{N - 1}); "
-                                 f"batch {b} step {t}: node {node} is not a child of {want}")
+                raise ValueError(
+                    f"path must run root-to-leaf through the forest (node indices 0..{N - 1}); "
+                    f"batch {b} step {t}: node {node} is not a child of {want}"
+                )
     L = max((len(p) for p in paths), default=0)
     if L == 0:
         return state.clone()
     dev = factors.k.device
-    if all(len(p) == 1 for p in paths):           # one node per row (every AR step): S* = e^G S0 + k u^T
+    if all(len(p) == 1 for p in paths):  # one node per row (every AR step): S* = e^G S0 + k u^T
         bidx, node = torch.arange(B, device=dev), torch.tensor([p[0] for p in paths], device=dev)
-        kk, uu, GG = factors.k[bidx, node], factors.u[bidx, node], factors.G[bidx, node]   # [B, H, *]
+        kk, uu, GG = factors.k[bidx, node], factors.u[bidx, node], factors.G[bidx, node]  # [B, H, *]
         S = GG.exp()[..., None, None] * state.float() + kk.unsqueeze(-1) * uu.unsqueeze(-2)
         return S.to(state.dtype)
-    idx = torch.tensor([p + [0] * (L - len(p)) for p in paths], device=dev)           # [B, L]
+    idx = torch.tensor([p + [0] * (L - len(p)) for p in paths], device=dev)  # [B, L]
     live = torch.tensor([[1.0] * len(p) + [0.0] * (L - len(p)) for p in paths], device=dev)
     leaf = torch.tensor([p[-1] if p else 0 for p in paths], device=dev)
     bidx = torch.arange(B, device=dev)
-    G_leaf = factors.G[bidx, leaf] * (live.sum(1) > 0).unsqueeze(-1)                   # [B, H]; 0 if empty
-    kk, uu, GG = (t[bidx[:, None], idx] for t in (factors.k, factors.u, factors.G))   # [B, L, H, *]
+    G_leaf = factors.G[bidx, leaf] * (live.sum(1) > 0).unsqueeze(-1)  # [B, H]; 0 if empty
+    kk, uu, GG = (t[bidx[:, None], idx] for t in (factors.k, factors.u, factors.G))  # [B, L, H, *]
     # Mask before exp (padding positions may have GG anywhere), then zero them.
     w = torch.where(live[..., None] > 0, G_leaf[:, None] - GG, torch.zeros_like(GG)).exp() * live[..., None]
     S = G_leaf.exp()[..., None, None] * state.float() + torch.einsum("blh,blhk,blhv->bhkv", w, kk, uu)

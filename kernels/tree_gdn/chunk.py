@@ -12,6 +12,7 @@ a path cumsum instead of a sequence cumsum, and an ancestor mask instead of a ca
 
 Computed in fp32 whatever the input dtype; o is returned in q's dtype.
 """
+
 from __future__ import annotations
 
 import math
@@ -36,27 +37,27 @@ def tree_gdn_chunk(q, k, v, g, beta, parents, state):
         return v.new_zeros(v.shape, dtype=q.dtype), Factors(k.float(), v.float(), g.float(), par)
     if N == 1:
         # One node on the committed state (every AR step): the recurrence step itself, no N x N machinery.
-        qf, kf, vf, S0 = q[:, 0].float(), k[:, 0].float(), v[:, 0].float(), state.float()   # [B, H, *]
-        a = g[:, 0].float().exp().unsqueeze(-1)                                            # [B, H, 1]
+        qf, kf, vf, S0 = q[:, 0].float(), k[:, 0].float(), v[:, 0].float(), state.float()  # [B, H, *]
+        a = g[:, 0].float().exp().unsqueeze(-1)  # [B, H, 1]
         u = beta[:, 0].float().unsqueeze(-1) * (vf - a * torch.einsum("bhk,bhkv->bhv", kf, S0))
         o = a * torch.einsum("bhk,bhkv->bhv", qf, S0) + (qf * kf).sum(-1, keepdim=True) * u
         return o.unsqueeze(1).to(q.dtype), Factors(k.float(), u.unsqueeze(1), g.float(), par)
     # Head-major fp32 views for batched matmuls: [B, H, N, *].
     qf, kf, vf = (t.float().transpose(1, 2) for t in (q, k, v))
-    gf, bf = (t.float().transpose(1, 2) for t in (g, beta))            # [B, H, N]
+    gf, bf = (t.float().transpose(1, 2) for t in (g, beta))  # [B, H, N]
     S0 = state.float()
 
-    M = ancestor_mask(par)                                            # [B, N, N] bool
-    G = torch.einsum("bij,bhj->bhi", M.float(), gf)                   # [B, H, N]
-    anc = M.unsqueeze(1)                                              # [B, 1, N, N]
+    M = ancestor_mask(par)  # [B, N, N] bool
+    G = torch.einsum("bij,bhj->bhi", M.float(), gf)  # [B, H, N]
+    anc = M.unsqueeze(1)  # [B, 1, N, N]
     # Mask BEFORE exp: for non-ancestor pairs G_i - G_j can be large and positive (inf * 0 = NaN).
     diff = G.unsqueeze(-1) - G.unsqueeze(-2)
     D = torch.where(anc, diff, torch.full_like(diff, -math.inf)).exp()  # [B, H, N, N]
-    strict = D * (1.0 - torch.eye(N, device=q.device))                # proper ancestors only
+    strict = D * (1.0 - torch.eye(N, device=q.device))  # proper ancestors only
 
     eG = G.exp()
     A = bf.unsqueeze(-1) * strict * (kf @ kf.transpose(-1, -2))
-    rhs = bf.unsqueeze(-1) * (vf - eG.unsqueeze(-1) * (kf @ S0))      # [B, H, N, V]
+    rhs = bf.unsqueeze(-1) * (vf - eG.unsqueeze(-1) * (kf @ S0))  # [B, H, N, V]
     eye = torch.eye(N, device=q.device)
     U = torch.linalg.solve_triangular(eye + A, rhs, upper=False, unitriangular=True)
 

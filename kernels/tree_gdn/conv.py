@@ -6,6 +6,7 @@ Layout as ``nn.Conv1d(D, D, W, groups=D, padding=W - 1)`` truncated to causal, w
 squeezed to [D, W]: weight[:, W - 1] multiplies the node itself and weight[:, W - 1 - s] the input
 s steps back along the path.
 """
+
 from __future__ import annotations
 
 import torch
@@ -24,8 +25,9 @@ def _check(x, parents, tail, weight, bias, activation):
         raise ValueError(f"weight must be [D, W] = [{D}, W >= 1], got {tuple(weight.shape)}")
     W = weight.shape[1]
     if tuple(tail.shape) != (B, W - 1, D):
-        raise ValueError(f"tail must be [B, W - 1, D] = {(B, W - 1, D)} (the last W - 1 committed inputs), "
-                         f"got {tuple(tail.shape)}")
+        raise ValueError(
+            f"tail must be [B, W - 1, D] = {(B, W - 1, D)} (the last W - 1 committed inputs), got {tuple(tail.shape)}"
+        )
     if bias is not None and tuple(bias.shape) != (D,):
         raise ValueError(f"bias must be [D] = [{D}] or None, got {tuple(bias.shape)}")
     if activation not in ACTIVATIONS:
@@ -48,7 +50,7 @@ def tree_conv1d_naive(x, parents, tail, weight, bias=None, activation="silu"):
     y = torch.zeros(B, N, D, dtype=torch.float32, device=x.device)
     for b in range(B):
         for i in range(N):
-            node, back = i, 0          # `back` counts steps taken into the tail once the path ends
+            node, back = i, 0  # `back` counts steps taken into the tail once the path ends
             for s in range(W):
                 if node >= 0:
                     inp = x[b, node]
@@ -67,7 +69,7 @@ def lookback_index(parents: torch.Tensor, W: int) -> torch.Tensor:
     Loops over the W - 1 steps back (W is small), never over nodes.
     """
     B, N = parents.shape
-    T = W - 1                                          # node i sits at T + i, tail[-1] at T - 1
+    T = W - 1  # node i sits at T + i, tail[-1] at T - 1
     cur = (T + torch.arange(N, device=parents.device)).expand(B, N)
     out = [cur]
     for _ in range(W - 1):
@@ -89,11 +91,11 @@ def tree_conv1d(x, parents, tail, weight, bias=None, activation="silu"):
     par = _check(x, parents, tail, weight, bias, activation)
     B, N, D = x.shape
     W = weight.shape[1]
-    seq = torch.cat([tail.float(), x.float()], dim=1)             # [B, W-1+N, D]
-    if N == 1:                   # one root (every AR step): the plain causal conv over tail + x
+    seq = torch.cat([tail.float(), x.float()], dim=1)  # [B, W-1+N, D]
+    if N == 1:  # one root (every AR step): the plain causal conv over tail + x
         return _finish((seq * weight.float().transpose(0, 1)).sum(1, keepdim=True), bias, activation, x.dtype)
-    idx = lookback_index(par, W)                                   # [B, N, W]
+    idx = lookback_index(par, W)  # [B, N, W]
     taps = torch.gather(seq, 1, idx.reshape(B, N * W, 1).expand(-1, -1, D)).reshape(B, N, W, D)
-    w = weight.float().flip(-1).transpose(0, 1)                    # [W, D]: row s = weight[:, W-1-s]
+    w = weight.float().flip(-1).transpose(0, 1)  # [W, D]: row s = weight[:, W-1-s]
     y = (taps * w).sum(2)
     return _finish(y, bias, activation, x.dtype)

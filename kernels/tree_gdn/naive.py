@@ -15,6 +15,7 @@ On a forest, node i's parent state is its parent's state, or the committed state
 parents[i] == -1. Everything here is a Python loop on purpose: it is the reference the fast
 implementations are tested against, not something to run in a decoding loop.
 """
+
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -32,6 +33,7 @@ class Factors(NamedTuple):
     G: [B, N, H]      inclusive path cumsum of g (log of the decay from S0 to node i)
     parents: [B, N]   int64, -1 = attached to the committed state (used to check fold's path)
     """
+
     k: torch.Tensor
     u: torch.Tensor
     G: torch.Tensor
@@ -44,8 +46,13 @@ def check_inputs(q, k, v, g, beta, parents, state) -> torch.Tensor:
         raise ValueError(f"q must be [B, N, H, K], got shape {tuple(q.shape)}")
     B, N, H, K = q.shape
     V = v.shape[-1] if v.dim() == 4 else -1
-    want = {"k": (k, (B, N, H, K)), "v": (v, (B, N, H, V)), "g": (g, (B, N, H)),
-            "beta": (beta, (B, N, H)), "state": (state, (B, H, K, V))}
+    want = {
+        "k": (k, (B, N, H, K)),
+        "v": (v, (B, N, H, V)),
+        "g": (g, (B, N, H)),
+        "beta": (beta, (B, N, H)),
+        "state": (state, (B, H, K, V)),
+    }
     for name, (t, shape) in want.items():
         if tuple(t.shape) != shape:
             raise ValueError(f"{name} must have shape {shape} (from q {tuple(q.shape)} and v), got {tuple(t.shape)}")
@@ -66,8 +73,10 @@ def check_parents(parents, B: int, N: int, device) -> torch.Tensor:
     bad = (parents < -1) | (parents >= idx)
     if bool(bad.any()):
         b, i = (int(x) for x in bad.nonzero()[0])
-        raise ValueError(f"parents must be in topological order with -1 <= parents[i] < i; "
-                         f"got parents[{b}, {i}] = {int(parents[b, i])}")
+        raise ValueError(
+            f"parents must be in topological order with -1 <= parents[i] < i; "
+            f"got parents[{b}, {i}] = {int(parents[b, i])}"
+        )
     return parents.to(device=device, dtype=torch.int64).contiguous()
 
 
@@ -81,11 +90,11 @@ def recurrent_gated_delta_rule(q, k, v, g, beta, state):
     o = q.new_zeros(q.shape[0], *v.shape[1:], dtype=torch.float32)
     u = torch.zeros_like(o)
     for t in range(q.shape[0]):
-        S = g[t].float().exp()[:, None, None] * S                     # decay first ...
+        S = g[t].float().exp()[:, None, None] * S  # decay first ...
         kt = k[t].float()
         u[t] = beta[t].float()[:, None] * (v[t].float() - torch.einsum("hkv,hk->hv", S, kt))
-        S = S + kt[:, :, None] * u[t][:, None, :]                      # ... then write
-        o[t] = torch.einsum("hkv,hk->hv", S, q[t].float())             # read after the update
+        S = S + kt[:, :, None] * u[t][:, None, :]  # ... then write
+        o[t] = torch.einsum("hkv,hk->hv", S, q[t].float())  # read after the update
     return o, u, S
 
 
@@ -105,6 +114,6 @@ def tree_gdn_naive(q, k, v, g, beta, parents, state):
         for i in range(N):
             p = path_to(row, i)
             ob, ub, _ = recurrent_gated_delta_rule(q[b, p], k[b, p], v[b, p], g[b, p], beta[b, p], state[b])
-            o[b, i], u[b, i] = ob[-1], ub[-1]   # u_i depends only on i's ancestors: the same on every path
+            o[b, i], u[b, i] = ob[-1], ub[-1]  # u_i depends only on i's ancestors: the same on every path
             G[b, i] = g[b, p].float().sum(0)
     return o.to(q.dtype), Factors(k.float(), u, G, par)

@@ -83,27 +83,27 @@
 # quotes one.
 
 # %%
-SMOKE = False          # True: tiny sizes, the whole notebook in under ~2 minutes on 2 CPU cores
+SMOKE = False  # True: tiny sizes, the whole notebook in under ~2 minutes on 2 CPU cores
 SEED = 0
-DEVICE = "auto"        # auto: cuda, then mps, then cpu
-TARGET = "code-target"   # a shipped name, a local HF folder or a hub id: any causal LM of the README's support matrix
-DRAFT = "code-draft"     # any causal LM with the target's tokenizer (prompts are encoded with the target's)
-K_MAX = 8              # draft lengths 1..K_MAX
-N_PILOT = 4            # pilot prompts: choose the best K (half stdlib, half HumanEval)
-N_PROMPTS = 12         # reported prompts, disjoint from the pilot ones (half stdlib, half HumanEval)
-ROUNDS = 3             # interleaved repeats of the reported timing runs (run-to-run spread)
-THREADS = 1            # torch threads (0: every CPU this process may use); 1 keeps T(n) smooth on 2 cores (notebook 05)
+DEVICE = "auto"  # auto: cuda, then mps, then cpu
+TARGET = "code-target"  # a shipped name, a local HF folder or a hub id: any causal LM of the README's support matrix
+DRAFT = "code-draft"  # any causal LM with the target's tokenizer (prompts are encoded with the target's)
+K_MAX = 8  # draft lengths 1..K_MAX
+N_PILOT = 4  # pilot prompts: choose the best K (half stdlib, half HumanEval)
+N_PROMPTS = 12  # reported prompts, disjoint from the pilot ones (half stdlib, half HumanEval)
+ROUNDS = 3  # interleaved repeats of the reported timing runs (run-to-run spread)
+THREADS = 1  # torch threads (0: every CPU this process may use); 1 keeps T(n) smooth on 2 cores (notebook 05)
 MAX_NEW_TOKENS = 128
-CHI2_TOKENS = 9200     # tokens per method for the chi-square test (the seed study used ~9,200)
-CHI2_K = 4             # draft length used for the chi-square samples
-N_CALIBRATION = 200    # AR-vs-AR random splits for the null calibration
-N_EXACT_PAIRS = 2000   # random (p, q) pairs for the exact-math table
+CHI2_TOKENS = 9200  # tokens per method for the chi-square test (the seed study used ~9,200)
+CHI2_K = 4  # draft length used for the chi-square samples
+N_CALIBRATION = 200  # AR-vs-AR random splits for the null calibration
+N_EXACT_PAIRS = 2000  # random (p, q) pairs for the exact-math table
 LATENCY_REPEATS = 30
-HEAD = "code-target-head"   # section 7: a feature-level head trained for TARGET (python -m speclib train head TARGET)
-HEAD_TREES = [[3, 8], [4, 12], [5, 16], [6, 24]]   # section 7: EAGLE-2 trees as [depth, node budget]
-HEAD_TOP = 3           # section 7: most children per tree node
-RESULTS = "auto"       # auto: reuse results saved with these parameters, else compute; "recompute"; "reuse"
-PUBLISH = False        # True: a run with non-default parameters also replaces data/results and figures/
+HEAD = "code-target-head"  # section 7: a feature-level head trained for TARGET (python -m speclib train head TARGET)
+HEAD_TREES = [[3, 8], [4, 12], [5, 16], [6, 24]]  # section 7: EAGLE-2 trees as [depth, node budget]
+HEAD_TOP = 3  # section 7: most children per tree node
+RESULTS = "auto"  # auto: reuse results saved with these parameters, else compute; "recompute"; "reuse"
+PUBLISH = False  # True: a run with non-default parameters also replaces data/results and figures/
 
 # %% [markdown]
 # ### Parameters and setup
@@ -117,20 +117,19 @@ PUBLISH = False        # True: a run with non-default parameters also replaces d
 
 # %%
 
+import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
-import matplotlib.pyplot as plt
 import torch
 from IPython.display import Markdown, display
 from tqdm.auto import tqdm
 
 import speclib
-from speclib import ModelDrafter, Sampling
-from speclib import generate
-from speclib.research import bench, data, stats
-from speclib.workbook import results
+from speclib import ModelDrafter, Sampling, generate
 from speclib.core.acceptance import output_distribution
 from speclib.lms.loading import describe
+from speclib.research import bench, data, stats
+from speclib.workbook import results
 from speclib.workbook.plotting import savefig, style
 from speclib.workbook.study import Study
 
@@ -153,10 +152,14 @@ prompt_rows = [r for pair in zip(stdlib_rows, humaneval_rows) for r in pair][:n_
 prompts = [target.encode(r["prompt"]) for r in prompt_rows]
 pilot_prompts, report_prompts = prompts[:N_PILOT], prompts[N_PILOT:]
 meta = dict(seed=SEED, device=dev, threads=threads, target=TARGET, draft=DRAFT, smoke=SMOKE)
-study = Study(NB, globals(), mode=RESULTS, publish=PUBLISH, always=dict(SMOKE=SMOKE), calibrate=target)  # target T(1) before/after each step
-print(f"{len(pilot_prompts)} pilot + {len(report_prompts)} reported prompts, {np.mean([len(p) for p in prompts]):.0f} "
-      f"tokens on average; device {dev}, {threads} torch thread(s); results mode {RESULTS!r}: this run {study.where()}")
-PROMPT_PARAMS = ["N_PILOT", "N_PROMPTS"]      # the prompt sets depend on these
+study = Study(
+    NB, globals(), mode=RESULTS, publish=PUBLISH, always=dict(SMOKE=SMOKE), calibrate=target
+)  # target T(1) before/after each step
+print(
+    f"{len(pilot_prompts)} pilot + {len(report_prompts)} reported prompts, {np.mean([len(p) for p in prompts]):.0f} "
+    f"tokens on average; device {dev}, {threads} torch thread(s); results mode {RESULTS!r}: this run {study.where()}"
+)
+PROMPT_PARAMS = ["N_PILOT", "N_PROMPTS"]  # the prompt sets depend on these
 
 # %% [markdown]
 # ## 1 · The pair
@@ -191,29 +194,37 @@ PROMPT_PARAMS = ["N_PILOT", "N_PROMPTS"]      # the prompt sets depend on these
 # than its draft. **Look at** `c` in the sentence under the table, and at how fast `v(K)` rises with K:
 # that growth bounds the useful K as much as acceptance does.
 
+
 # %%
 def measure_costs():
     prof = bench.cost_profile(target, draft, KS, prefix_len=128, repeats=LATENCY_REPEATS)
-    models = pd.DataFrame([
-        dict(role="target", **describe(target), latency_ms=prof["target_1"] * 1e3),
-        dict(role="draft", **describe(draft), latency_ms=prof["draft_1"] * 1e3)])
+    models = pd.DataFrame(
+        [
+            dict(role="target", **describe(target), latency_ms=prof["target_1"] * 1e3),
+            dict(role="draft", **describe(draft), latency_ms=prof["draft_1"] * 1e3),
+        ]
+    )
     cost = pd.DataFrame([dict(K=k, v=prof["v"][k], c=prof["c"]) for k in KS])
     return {"models": models.assign(**meta), "cost": cost.assign(**meta)}
 
 
 saved = study.step("cost", measure_costs, uses=["TARGET", "DRAFT", "K_MAX", "LATENCY_REPEATS", "THREADS"])
 models, cost = saved["models"], saved["cost"]
-prof = dict(target_1=models.latency_ms[0] / 1e3, draft_1=models.latency_ms[1] / 1e3, c=cost.c[0],
-            v=dict(zip(cost.K, cost.v)))
+prof = dict(
+    target_1=models.latency_ms[0] / 1e3, draft_1=models.latency_ms[1] / 1e3, c=cost.c[0], v=dict(zip(cost.K, cost.v))
+)
 v_text = ", ".join(f"{prof['v'][k]:.2f}" for k in KS)
 display(models[["role", "name", "parameters", "heldout_loss", "tokens_seen", "train_minutes", "latency_ms"]])
-display(Markdown(
-    f"The target has {models.parameters[0] / 1e6:.1f}M parameters and held-out loss "
-    f"{models.heldout_loss[0]:.3f}; the draft {models.parameters[1] / 1e6:.2f}M and {models.heldout_loss[1]:.3f} "
-    f"(nan: a checkpoint that did not record one). "
-    f"One target token costs {prof['target_1'] * 1e3:.2f} ms, one draft token {prof['draft_1'] * 1e3:.2f} ms: "
-    f"**c = {prof['c']:.3f}** (the target is {1 / prof['c']:.1f}x slower). Verifying K + 1 tokens costs "
-    f"v(K) = {v_text} times one token for K = 1..{K_MAX}."))
+display(
+    Markdown(
+        f"The target has {models.parameters[0] / 1e6:.1f}M parameters and held-out loss "
+        f"{models.heldout_loss[0]:.3f}; the draft {models.parameters[1] / 1e6:.2f}M and {models.heldout_loss[1]:.3f} "
+        f"(nan: a checkpoint that did not record one). "
+        f"One target token costs {prof['target_1'] * 1e3:.2f} ms, one draft token {prof['draft_1'] * 1e3:.2f} ms: "
+        f"**c = {prof['c']:.3f}** (the target is {1 / prof['c']:.1f}x slower). Verifying K + 1 tokens costs "
+        f"v(K) = {v_text} times one token for K = 1..{K_MAX}."
+    )
+)
 
 # %% [markdown]
 # ## 2 · Level 1: the exact math of the rule
@@ -265,6 +276,7 @@ display(Markdown(
 # histogram lies: a bug that only bites at rare positions piles up near zero with a thin tail, one
 # that distorts typical positions moves the bulk away from zero.
 
+
 # %%
 def random_pair(v, gen, zp, zq):
     p = torch.rand(v, generator=gen, dtype=torch.float64) ** 3
@@ -273,17 +285,24 @@ def random_pair(v, gen, zp, zq):
     q[torch.randperm(v, generator=gen)[:zq]] = 0
     return p / p.sum(), q / q.sum()
 
+
 def raw_q_bug(p, q_drawn, q_raw):
     """Output distribution when tokens come from q_drawn but the ratio uses q_raw."""
     acc = q_drawn * (p / q_raw).clamp(max=1)
     r = (p - q_raw).clamp_min(0)
     return acc + (1 - acc.sum()) * r / r.sum()
 
+
 def exact_math():
     gen = torch.Generator().manual_seed(SEED)
     rows = []
-    for family, v, zp, zq in [("dense", 16, 0, 0), ("q zero where p > 0", 16, 0, 8), ("p zero where q > 0", 16, 8, 0),
-                              ("both sparse", 256, 200, 200), ("full vocabulary", 4096, 0, 0)]:
+    for family, v, zp, zq in [
+        ("dense", 16, 0, 0),
+        ("q zero where p > 0", 16, 0, 8),
+        ("p zero where q > 0", 16, 8, 0),
+        ("both sparse", 256, 200, 200),
+        ("full vocabulary", 4096, 0, 0),
+    ]:
         n = max(10, N_EXACT_PAIRS // 5)
         errs = []
         for _ in range(n):
@@ -305,10 +324,26 @@ def exact_math():
         for p, q, qr in zip(P, Q, Qraw):
             tv_ok.append(0.5 * float((output_distribution(p, q) - p).abs().sum()))
             tv_bug.append(0.5 * float((raw_q_bug(p, q, qr) - p).abs().sum()))
-    rows.append(dict(family="real models, top-k 20 / top-p 0.95", vocab=target.vocab_size, pairs=len(tv_ok),
-                     rule="lossless", max_abs_error=None, max_tv=max(tv_ok)))
-    rows.append(dict(family="real models, top-k 20 / top-p 0.95", vocab=target.vocab_size, pairs=len(tv_bug),
-                     rule="raw-q bug (#47932)", max_abs_error=None, max_tv=max(tv_bug)))
+    rows.append(
+        dict(
+            family="real models, top-k 20 / top-p 0.95",
+            vocab=target.vocab_size,
+            pairs=len(tv_ok),
+            rule="lossless",
+            max_abs_error=None,
+            max_tv=max(tv_ok),
+        )
+    )
+    rows.append(
+        dict(
+            family="real models, top-k 20 / top-p 0.95",
+            vocab=target.vocab_size,
+            pairs=len(tv_bug),
+            rule="raw-q bug (#47932)",
+            max_abs_error=None,
+            max_tv=max(tv_bug),
+        )
+    )
     tv = pd.DataFrame({"rule": ["lossless"] * len(tv_ok) + ["raw-q bug (#47932)"] * len(tv_bug), "tv": tv_ok + tv_bug})
     return {"exact_math": pd.DataFrame(rows).assign(**meta), "exact_tv": tv.assign(**meta)}
 
@@ -323,14 +358,22 @@ fig, ax = plt.subplots(figsize=(6.4, 3.4))
 bins = np.linspace(0, max(max(tv_bug), 1e-3), 40)
 ax.hist(tv_bug, bins=bins, alpha=0.7, label="ratio with raw q (HF #47932)")
 ax.axvline(max(tv_ok), color="k", ls="--", label=f"speclib: max TV {max(tv_ok):.1e}")
-ax.set(xlabel="total variation between emitted and target distribution", ylabel="positions",
-       title="Exact output distribution at each position of the prompts")
-ax.legend(); savefig(fig, f"{NB}_exact_math"); plt.show()
-display(Markdown(
-    f"Over {random_rows.pairs.sum()} random pairs the largest deviation from `p` is "
-    f"{random_rows.max_abs_error.max():.1e} (float64 round-off). On {len(tv_ok)} real positions "
-    f"the lossless rule stays within total variation {max(tv_ok):.1e} of the target, while the raw-q bug "
-    f"reaches {max(tv_bug):.3f} (median {np.median(tv_bug):.3f})."))
+ax.set(
+    xlabel="total variation between emitted and target distribution",
+    ylabel="positions",
+    title="Exact output distribution at each position of the prompts",
+)
+ax.legend()
+savefig(fig, f"{NB}_exact_math")
+plt.show()
+display(
+    Markdown(
+        f"Over {random_rows.pairs.sum()} random pairs the largest deviation from `p` is "
+        f"{random_rows.max_abs_error.max():.1e} (float64 round-off). On {len(tv_ok)} real positions "
+        f"the lossless rule stays within total variation {max(tv_ok):.1e} of the target, while the raw-q bug "
+        f"reaches {max(tv_bug):.3f} (median {np.median(tv_bug):.3f})."
+    )
+)
 
 # %% [markdown]
 # ## 3 · Level 2: two-sample chi-square on real-model tokens
@@ -385,6 +428,7 @@ display(Markdown(
 # and permutation side by side, with the red dashed line at α = 0.05. Only the permutation bars count
 # as evidence; they should stand above the line.
 
+
 # %%
 def sample_pairs(sampling, n_tokens, seed0, make_drafter=lambda: ModelDrafter(draft, CHI2_K), sd_target=None):
     """Paired runs (same prompt, own seeds) until BOTH methods have at least n_tokens tokens; SD drafts
@@ -394,11 +438,16 @@ def sample_pairs(sampling, n_tokens, seed0, make_drafter=lambda: ModelDrafter(dr
     while min(sum(map(len, ar_runs)), sum(map(len, sd_runs))) < n_tokens:
         i, ids = len(ar_runs), prompts[len(ar_runs) % len(prompts)]
         ar_runs.append(generate(target, ids, 64, sampling=sampling, seed=seed0 + i).tokens)
-        sd_runs.append(generate(sd_target or target, ids, 64, drafter=make_drafter(), sampling=sampling,
-                                seed=seed0 + 500_000 + i).tokens)
-        bar.n = min(sum(map(len, ar_runs)), sum(map(len, sd_runs))); bar.refresh()
+        sd_runs.append(
+            generate(
+                sd_target or target, ids, 64, drafter=make_drafter(), sampling=sampling, seed=seed0 + 500_000 + i
+            ).tokens
+        )
+        bar.n = min(sum(map(len, ar_runs)), sum(map(len, sd_runs)))
+        bar.refresh()
     bar.close()
     return ar_runs, sd_runs
+
 
 def chi_square():
     chi_rows, calib_rows = [], []
@@ -406,23 +455,38 @@ def chi_square():
         ar_runs, sd_runs = sample_pairs(s, CHI2_TOKENS, SEED * 10**6)
         n_runs = len(ar_runs)
         r = stats.run_permutation_test(ar_runs, sd_runs, n_perm=999, paired=True, seed=SEED)
-        chi_rows.append(dict(setting=name, method="speclib", chi2=r.chi2, dof=r.dof, p=r.p_asymptotic,
-                             p_permutation=r.p_permutation, tokens_ar=r.n_a, tokens_sd=r.n_b, runs=n_runs))
+        chi_rows.append(
+            dict(
+                setting=name,
+                method="speclib",
+                chi2=r.chi2,
+                dof=r.dof,
+                p=r.p_asymptotic,
+                p_permutation=r.p_permutation,
+                tokens_ar=r.n_a,
+                tokens_sd=r.n_b,
+                runs=n_runs,
+            )
+        )
         rng = np.random.default_rng(SEED)
         for trial in range(N_CALIBRATION):
             perm = rng.permutation(n_runs)
-            a, b = [ar_runs[j] for j in perm[: n_runs // 2]], [ar_runs[j] for j in perm[n_runs // 2:]]
+            a, b = [ar_runs[j] for j in perm[: n_runs // 2]], [ar_runs[j] for j in perm[n_runs // 2 :]]
             try:
                 c = stats.run_permutation_test(a, b, n_perm=99, paired=False, seed=trial)
-                calib_rows.append(dict(setting=name, trial=trial, p_asymptotic=c.p_asymptotic, p_permutation=c.p_permutation))
-            except ValueError:      # a split too small to keep two bins (smoke sizes only)
+                calib_rows.append(
+                    dict(setting=name, trial=trial, p_asymptotic=c.p_asymptotic, p_permutation=c.p_permutation)
+                )
+            except ValueError:  # a split too small to keep two bins (smoke sizes only)
                 pass
     chi = pd.DataFrame(chi_rows).assign(**meta)
     calib = pd.DataFrame(calib_rows).assign(**meta)
     return {"chi2": chi, "calibration": calib}
 
 
-saved = study.step("chi2", chi_square, uses=["SEED", "CHI2_TOKENS", "CHI2_K", "N_CALIBRATION", "TARGET", "DRAFT"] + PROMPT_PARAMS)
+saved = study.step(
+    "chi2", chi_square, uses=["SEED", "CHI2_TOKENS", "CHI2_K", "N_CALIBRATION", "TARGET", "DRAFT"] + PROMPT_PARAMS
+)
 chi, calib = saved["chi2"], saved["calibration"]
 # only this run's measurements: tables saved before this step stopped writing it carry a "reference" row
 # with the seed study's published figures (SEED_STUDY_CHI2 below), which is not a measurement
@@ -431,8 +495,12 @@ display(chi.drop(columns=list(meta)))
 
 fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
 for (name, g), color in zip(calib.groupby("setting", sort=False), ["C0", "C1"]):
-    axes[0].hist(g.p_asymptotic, bins=20, range=(0, 1), histtype="step", lw=2, ls="--", color=color, label=f"{name}: textbook χ²")
-    axes[0].hist(g.p_permutation, bins=20, range=(0, 1), histtype="step", lw=2, color=color, label=f"{name}: permutation")
+    axes[0].hist(
+        g.p_asymptotic, bins=20, range=(0, 1), histtype="step", lw=2, ls="--", color=color, label=f"{name}: textbook χ²"
+    )
+    axes[0].hist(
+        g.p_permutation, bins=20, range=(0, 1), histtype="step", lw=2, color=color, label=f"{name}: permutation"
+    )
 axes[0].axhline(len(calib) / calib.setting.nunique() / 20, color="k", ls=":", label="uniform")
 axes[0].set(xlabel="p-value (AR vs AR, random splits)", ylabel="splits", title="Null calibration")
 axes[0].legend(fontsize=7)
@@ -442,18 +510,25 @@ axes[1].bar(x - 0.2, ours.p, 0.4, label="textbook χ²")
 axes[1].bar(x + 0.2, ours.p_permutation, 0.4, label="permutation")
 axes[1].axhline(0.05, color="C3", ls="--", label="α = 0.05")
 axes[1].set_xticks(x, [s.replace(", ", "\n") for s in ours.setting], fontsize=8)
-axes[1].set(ylabel="p-value (AR vs SD)", ylim=(0, 1), title="Two-sample test, AR vs SD"); axes[1].legend(fontsize=8)
-savefig(fig, f"{NB}_chi2"); plt.show()
+axes[1].set(ylabel="p-value (AR vs SD)", ylim=(0, 1), title="Two-sample test, AR vs SD")
+axes[1].legend(fontsize=8)
+savefig(fig, f"{NB}_chi2")
+plt.show()
 fpr = calib.groupby("setting", sort=False)[["p_asymptotic", "p_permutation"]].agg(lambda p: (p < 0.05).mean())
 # the seed study's published test (a quotation, not a measurement of this workbook)
 SEED_STUDY_CHI2 = dict(chi2=162.5, dof=200, p=0.976, tokens_per_method=9200)
-display(Markdown("; ".join(
-    f"**{r.setting}**: χ² = {r.chi2:.1f}, dof = {r.dof}, p = {r.p:.3f} (permutation p = {r.p_permutation:.3f}) over "
-    f"{r.tokens_ar} AR and {r.tokens_sd} SD tokens; on AR-vs-AR splits the textbook test rejects "
-    f"{fpr.p_asymptotic[r.setting]:.1%} and the permutation test {fpr.p_permutation[r.setting]:.1%} at α = 0.05"
-    for r in ours.itertuples())
-    + f". The seed study reported χ² = {SEED_STUDY_CHI2['chi2']}, dof = {SEED_STUDY_CHI2['dof']}, "
-    f"p = {SEED_STUDY_CHI2['p']} over about {SEED_STUDY_CHI2['tokens_per_method']:,} tokens per method."))
+display(
+    Markdown(
+        "; ".join(
+            f"**{r.setting}**: χ² = {r.chi2:.1f}, dof = {r.dof}, p = {r.p:.3f} (permutation p = {r.p_permutation:.3f}) over "
+            f"{r.tokens_ar} AR and {r.tokens_sd} SD tokens; on AR-vs-AR splits the textbook test rejects "
+            f"{fpr.p_asymptotic[r.setting]:.1%} and the permutation test {fpr.p_permutation[r.setting]:.1%} at α = 0.05"
+            for r in ours.itertuples()
+        )
+        + f". The seed study reported χ² = {SEED_STUDY_CHI2['chi2']}, dof = {SEED_STUDY_CHI2['dof']}, "
+        f"p = {SEED_STUDY_CHI2['p']} over about {SEED_STUDY_CHI2['tokens_per_method']:,} tokens per method."
+    )
+)
 
 # %% [markdown]
 # ## 4 · Speed and acceptance versus K
@@ -521,6 +596,7 @@ display(Markdown("; ".join(
 # intervals and keeps doing so with more prompts (a cost the model does not see); or a band wider
 # than the differences between K (too noisy to conclude anything: raise `ROUNDS`).
 
+
 # %%
 def timed_runs():
     frames = []
@@ -534,8 +610,9 @@ def timed_runs():
     return runs.assign(**meta)
 
 
-runs = study.step("runs", timed_runs, uses=["TARGET", "DRAFT", "K_MAX", "ROUNDS", "THREADS", "MAX_NEW_TOKENS", "SEED"]
-                  + PROMPT_PARAMS)
+runs = study.step(
+    "runs", timed_runs, uses=["TARGET", "DRAFT", "K_MAX", "ROUNDS", "THREADS", "MAX_NEW_TOKENS", "SEED"] + PROMPT_PARAMS
+)
 
 
 def speed_table(mode, split):
@@ -545,13 +622,16 @@ def speed_table(mode, split):
     # comparison, with the bare-pass costs of section 1)
     t["predicted"] = [bench.predicted_speedup(r.token_acceptance, r.K, r.c, r.v) for r in t.itertuples()]
     t["v_bare"] = t.K.map(prof["v"])
-    t["predicted_bare"] = [bench.predicted_speedup(r.token_acceptance, r.K, prof["c"], r.v_bare) for r in t.itertuples()]
+    t["predicted_bare"] = [
+        bench.predicted_speedup(r.token_acceptance, r.K, prof["c"], r.v_bare) for r in t.itertuples()
+    ]
     t["predicted_tokens_per_call"] = [bench.expected_tokens(r.token_acceptance, r.K) for r in t.itertuples()]
     return t.assign(mode=mode, split=split)
 
 
-speed = pd.concat([speed_table(m, sp) for m in ["greedy", "temperature 1"] for sp in ["pilot", "report"]],
-                  ignore_index=True)
+speed = pd.concat(
+    [speed_table(m, sp) for m in ["greedy", "temperature 1"] for sp in ["pilot", "report"]], ignore_index=True
+)
 speed["measured_over_predicted"] = speed.speedup / speed.predicted
 pilot_best = speed[speed.split == "pilot"].loc[lambda d: d.groupby("mode").speedup.idxmax()][["mode", "K"]]
 speed["chosen"] = False
@@ -566,17 +646,33 @@ fig, axes = plt.subplots(1, 2, figsize=(11, 3.8), sharey=True)
 for ax, mode in zip(axes, ["greedy", "temperature 1"]):
     g = report[report["mode"] == mode]
     ax.fill_between(g.K, g.spread_lo, g.spread_hi, color="C0", alpha=0.15, label="single rounds (min–max)")
-    ax.errorbar(g.K, g.speedup, yerr=[g.speedup - g.lo, g.hi - g.speedup], marker="o", capsize=3,
-                label="measured (median, 95% CI)")
+    ax.errorbar(
+        g.K,
+        g.speedup,
+        yerr=[g.speedup - g.lo, g.hi - g.speedup],
+        marker="o",
+        capsize=3,
+        label="measured (median, 95% CI)",
+    )
     ax.plot(g.K, g.predicted, "s--", label="analytic, in-loop c and v(K)")
     ax.plot(g.K, g.predicted_bare, ":", color="grey", label="analytic, bare-pass c and v(K)")
     b = best.loc[mode]
-    ax.scatter([b.K], [b.speedup], s=200, facecolors="none", edgecolors="C3", lw=2,
-               label=f"K chosen on the pilot = {int(b.K)}", zorder=3)
+    ax.scatter(
+        [b.K],
+        [b.speedup],
+        s=200,
+        facecolors="none",
+        edgecolors="C3",
+        lw=2,
+        label=f"K chosen on the pilot = {int(b.K)}",
+        zorder=3,
+    )
     ax.axhline(1, color="k", lw=0.8)
     ax.set(xlabel="draft length K", title=f"{mode} ({len(report_prompts)} reported prompts x {ROUNDS} rounds)")
-axes[0].set_ylabel("speedup over AR (same target)"); axes[0].legend(fontsize=7)
-savefig(fig, f"{NB}_speedup"); plt.show()
+axes[0].set_ylabel("speedup over AR (same target)")
+axes[0].legend(fontsize=7)
+savefig(fig, f"{NB}_speedup")
+plt.show()
 g, t = best.loc["greedy"], best.loc["temperature 1"]
 top_k = report.loc[report.groupby("mode").speedup.idxmax()].set_index("mode")
 argmax_k = top_k.K
@@ -590,19 +686,25 @@ def versus_top(mode):
     words = f"at K = {int(m.K)} ({m.speedup:.2f}x, CI {m.lo:.2f}–{m.hi:.2f}, against {c.speedup:.2f}x at the chosen K)"
     if not np.isfinite([m.lo, m.hi, c.lo, c.hi]).all():
         return words + ", without intervals to compare"
-    return words + (", the two intervals overlapping: the data cannot tell the two K apart" if m.lo <= c.hi and c.lo <= m.hi
-                    else ", the two intervals apart: the pilot's choice cost speed that noise does not explain")
+    return words + (
+        ", the two intervals overlapping: the data cannot tell the two K apart"
+        if m.lo <= c.hi and c.lo <= m.hi
+        else ", the two intervals apart: the pilot's choice cost speed that noise does not explain"
+    )
 
 
-display(Markdown(
-    f"Greedy, at the K chosen on the pilot prompts (**K = {int(g.K)}**): **{g.speedup:.2f}x** (95% CI {g.lo:.2f}–{g.hi:.2f}; "
-    f"total-time ratio {g.total_ratio:.2f}x; single rounds {g.spread_lo:.2f}–{g.spread_hi:.2f}), acceptance rate "
-    f"{g.acceptance:.3f}, per-token acceptance {g.token_acceptance:.3f}, {g.tokens_per_call:.2f} tokens per target call. "
-    f"Inside these runs c = {g.c:.3f} and v({int(g.K)}) = {g.v:.2f} (bare passes, section 1: c = {prof['c']:.3f}, "
-    f"v = {g.v_bare:.2f}); the analytic model with the in-loop costs predicts {g.predicted:.2f}x (measured/predicted "
-    f"{g.measured_over_predicted:.2f}). Temperature 1 at K = {int(t.K)}: **{t.speedup:.2f}x** (CI {t.lo:.2f}–{t.hi:.2f}; "
-    f"single rounds {t.spread_lo:.2f}–{t.spread_hi:.2f}). On the reported prompts themselves the highest greedy median sits "
-    f"{versus_top('greedy')}; the highest at temperature 1 {versus_top('temperature 1')}."))
+display(
+    Markdown(
+        f"Greedy, at the K chosen on the pilot prompts (**K = {int(g.K)}**): **{g.speedup:.2f}x** (95% CI {g.lo:.2f}–{g.hi:.2f}; "
+        f"total-time ratio {g.total_ratio:.2f}x; single rounds {g.spread_lo:.2f}–{g.spread_hi:.2f}), acceptance rate "
+        f"{g.acceptance:.3f}, per-token acceptance {g.token_acceptance:.3f}, {g.tokens_per_call:.2f} tokens per target call. "
+        f"Inside these runs c = {g.c:.3f} and v({int(g.K)}) = {g.v:.2f} (bare passes, section 1: c = {prof['c']:.3f}, "
+        f"v = {g.v_bare:.2f}); the analytic model with the in-loop costs predicts {g.predicted:.2f}x (measured/predicted "
+        f"{g.measured_over_predicted:.2f}). Temperature 1 at K = {int(t.K)}: **{t.speedup:.2f}x** (CI {t.lo:.2f}–{t.hi:.2f}; "
+        f"single rounds {t.spread_lo:.2f}–{t.spread_hi:.2f}). On the reported prompts themselves the highest greedy median sits "
+        f"{versus_top('greedy')}; the highest at temperature 1 {versus_top('temperature 1')}."
+    )
+)
 
 # %% [markdown]
 # ### Acceptance profile
@@ -633,8 +735,10 @@ sd_runs = runs[(runs.split == "report") & (runs.K > 0)]
 pos_rows = []
 for (mode, k), g in sd_runs.groupby(["mode", "K"]):
     reached, accepted = bench.position_totals(g, k)
-    pos_rows += [dict(mode=mode, K=k, position=i + 1, reached=int(reached[i]), accepted=int(accepted[i]))
-                 for i in range(len(reached))]
+    pos_rows += [
+        dict(mode=mode, K=k, position=i + 1, reached=int(reached[i]), accepted=int(accepted[i]))
+        for i in range(len(reached))
+    ]
 pos = pd.DataFrame(pos_rows)
 pos["rate"] = pos.accepted / pos.reached.clip(lower=1)
 results.save(pos.assign(**meta), f"{NB}/positions")
@@ -642,26 +746,40 @@ fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
 for i, (mode, g) in enumerate(report.groupby("mode", sort=False)):
     axes[0].plot(g.K, g.acceptance, "o-", color=f"C{i}", label=f"speclib, {mode}")
     a_tok = g.token_acceptance.mean()
-    axes[0].plot(g.K, (a_tok - a_tok ** (g.K + 1)) / ((1 - a_tok) * g.K), ":", color=f"C{i}",
-                 label=f"constant per-token a = {a_tok:.2f}")
-axes[0].set(xlabel="draft length K", ylabel="acceptance rate α(K)", ylim=(0, 1), title="Acceptance vs K"); axes[0].legend(fontsize=8)
+    axes[0].plot(
+        g.K,
+        (a_tok - a_tok ** (g.K + 1)) / ((1 - a_tok) * g.K),
+        ":",
+        color=f"C{i}",
+        label=f"constant per-token a = {a_tok:.2f}",
+    )
+axes[0].set(xlabel="draft length K", ylabel="acceptance rate α(K)", ylim=(0, 1), title="Acceptance vs K")
+axes[0].legend(fontsize=8)
 kk = K_MAX
 for mode, g in pos[pos.K == kk].groupby("mode", sort=False):
     axes[1].plot(g.position, g.rate, "o-", label=mode)
-axes[1].set(xlabel=f"draft position (K = {kk})", ylabel="P(accept | reached)", ylim=(0, 1), title="Per-position acceptance")
+axes[1].set(
+    xlabel=f"draft position (K = {kk})", ylabel="P(accept | reached)", ylim=(0, 1), title="Per-position acceptance"
+)
 axes[1].legend(fontsize=8)
-savefig(fig, f"{NB}_acceptance"); plt.show()
+savefig(fig, f"{NB}_acceptance")
+plt.show()
 a = report.set_index(["mode", "K"]).acceptance
 rates = pos[(pos.K == kk) & (pos["mode"] == "greedy")].rate.to_numpy()
-display(Markdown(
-    f"Greedy acceptance falls from {a['greedy', 1]:.3f} at K = 1 to {a['greedy', K_MAX]:.3f} at K = {K_MAX}; "
-    f"at temperature 1 from {a['temperature 1', 1]:.3f} to {a['temperature 1', K_MAX]:.3f}. The per-token "
-    f"acceptance stays between {report.token_acceptance.min():.3f} and {report.token_acceptance.max():.3f} over every K "
-    f"and mode. Per position (K = {kk}, greedy) the rate runs "
-    f"{', '.join(f'{r:.2f}' for r in rates)}: "
-    + ("within 0.15 of each other, so a constant per-token acceptance is a fair model of this pair."
-       if np.ptp(rates) <= 0.15 else
-       f"a range of {np.ptp(rates):.2f}, so the i.i.d. model is only a first approximation for this pair.")))
+display(
+    Markdown(
+        f"Greedy acceptance falls from {a['greedy', 1]:.3f} at K = 1 to {a['greedy', K_MAX]:.3f} at K = {K_MAX}; "
+        f"at temperature 1 from {a['temperature 1', 1]:.3f} to {a['temperature 1', K_MAX]:.3f}. The per-token "
+        f"acceptance stays between {report.token_acceptance.min():.3f} and {report.token_acceptance.max():.3f} over every K "
+        f"and mode. Per position (K = {kk}, greedy) the rate runs "
+        f"{', '.join(f'{r:.2f}' for r in rates)}: "
+        + (
+            "within 0.15 of each other, so a constant per-token acceptance is a fair model of this pair."
+            if np.ptp(rates) <= 0.15
+            else f"a range of {np.ptp(rates):.2f}, so the i.i.d. model is only a first approximation for this pair."
+        )
+    )
+)
 
 # %% [markdown]
 # ## 5 · Level 3: greedy identity, and `transformers` as a peer
@@ -698,35 +816,57 @@ display(Markdown(
 # whether the interval excludes 1, and whether the ratio drifts with K: changing K shifts work
 # between draft calls and target calls, whose overheads differ between the two implementations.
 
+
 # %%
 def transformers_generate():
     rows = []
     for i, ids in enumerate(tqdm(report_prompts, desc="transformers generate")):
         ar_tokens = generate(target, ids, MAX_NEW_TOKENS, sampling=GREEDY).tokens
         with torch.inference_mode():
-            plain = target.model.generate(torch.tensor([ids], device=target.device), do_sample=False,
-                                          max_new_tokens=len(ar_tokens), pad_token_id=target.eos_token_id)
-        rows.append(dict(prompt=i, tokens=len(ar_tokens), identical=plain[0, len(ids):].tolist() == ar_tokens))
+            plain = target.model.generate(
+                torch.tensor([ids], device=target.device),
+                do_sample=False,
+                max_new_tokens=len(ar_tokens),
+                pad_token_id=target.eos_token_id,
+            )
+        rows.append(dict(prompt=i, tokens=len(ar_tokens), identical=plain[0, len(ids) :].tolist() == ar_tokens))
     return pd.DataFrame(rows).assign(**meta)
 
 
 def assisted_runs():
-    hf = bench.paired_runs(report_prompts, bench.chain_methods(target, draft, KS, MAX_NEW_TOKENS, GREEDY, SEED, assisted=True),
-                           progress=tqdm)
+    hf = bench.paired_runs(
+        report_prompts,
+        bench.chain_methods(target, draft, KS, MAX_NEW_TOKENS, GREEDY, SEED, assisted=True),
+        progress=tqdm,
+    )
     hf["K"] = hf.method.str.extract(r"K=(\d+)", expand=False).fillna(0).astype(int)
     return hf.assign(**meta)
 
 
-plain_ok = study.step("transformers_generate", transformers_generate, uses=["TARGET", "MAX_NEW_TOKENS"] + PROMPT_PARAMS).identical
-hf = study.step("assisted", assisted_runs, uses=["TARGET", "DRAFT", "K_MAX", "THREADS", "MAX_NEW_TOKENS", "SEED"] + PROMPT_PARAMS)
+plain_ok = study.step(
+    "transformers_generate", transformers_generate, uses=["TARGET", "MAX_NEW_TOKENS"] + PROMPT_PARAMS
+).identical
+hf = study.step(
+    "assisted", assisted_runs, uses=["TARGET", "DRAFT", "K_MAX", "THREADS", "MAX_NEW_TOKENS", "SEED"] + PROMPT_PARAMS
+)
 ratio = pd.DataFrame([dict(K=k, **bench.speedup(hf, f"SD K={k}", reference=f"assisted K={k}", seed=SEED)) for k in KS])
 greedy_sd = runs[(runs["mode"] == "greedy") & (runs.K > 0)]
 assisted = hf[hf.method.str.startswith("assisted")]
-identity = pd.DataFrame([
-    dict(check="speclib SD = AR (greedy, every K)", identical=int(greedy_sd.same_as_reference.sum()), of=len(greedy_sd)),
-    dict(check="AR = transformers generate(do_sample=False)", identical=int(sum(plain_ok)), of=len(plain_ok)),
-    dict(check="transformers assisted = AR (every K)", identical=int(assisted.same_as_reference.sum()), of=len(assisted)),
-]).assign(**meta)
+identity = pd.DataFrame(
+    [
+        dict(
+            check="speclib SD = AR (greedy, every K)",
+            identical=int(greedy_sd.same_as_reference.sum()),
+            of=len(greedy_sd),
+        ),
+        dict(check="AR = transformers generate(do_sample=False)", identical=int(sum(plain_ok)), of=len(plain_ok)),
+        dict(
+            check="transformers assisted = AR (every K)",
+            identical=int(assisted.same_as_reference.sum()),
+            of=len(assisted),
+        ),
+    ]
+).assign(**meta)
 results.save(identity, f"{NB}/identity")
 results.save(ratio.assign(**meta), f"{NB}/assisted_ratio")
 display(identity.drop(columns=list(meta)))
@@ -734,23 +874,35 @@ display(identity.drop(columns=list(meta)))
 fig, ax = plt.subplots(figsize=(6.4, 3.6))
 ax.errorbar(ratio.K, ratio.speedup, yerr=[ratio.speedup - ratio.lo, ratio.hi - ratio.speedup], marker="o", capsize=3)
 ax.axhline(1, color="k", lw=0.8)
-ax.set(xlabel="draft length K", ylabel="speclib speed / transformers speed",
-       title="speclib vs transformers assisted generation (greedy)")
-savefig(fig, f"{NB}_assisted"); plt.show()
+ax.set(
+    xlabel="draft length K",
+    ylabel="speclib speed / transformers speed",
+    title="speclib vs transformers assisted generation (greedy)",
+)
+savefig(fig, f"{NB}_assisted")
+plt.show()
 rk = ratio.set_index("K")
 bk = int(best.loc["greedy"].K)
-display(Markdown(
-    f"{identity.identical[0]}/{identity.of[0]} greedy SD runs equal AR; {identity.identical[1]}/{identity.of[1]} prompts "
-    f"agree with `transformers` greedy generate; {identity.identical[2]}/{identity.of[2]} assisted runs equal AR. "
-    f"At the chosen K = {bk}, speclib is **{rk.speedup[bk]:.2f}x** as fast as `transformers` assisted generation "
-    f"(95% CI {rk.lo[bk]:.2f}–{rk.hi[bk]:.2f}"
-    + (", an interval that holds 1: not distinguishable from it" if rk.lo[bk] <= 1 <= rk.hi[bk] else
-       ", the whole interval above 1: faster" if rk.lo[bk] > 1 else ", the whole interval below 1: slower")
-    + f"); across K the ratio spans {ratio.speedup.min():.2f}–{ratio.speedup.max():.2f}, reliably above 1 at "
-    f"{int((ratio.lo > 1).sum())} and reliably below 1 at {int((ratio.hi < 1).sum())} of {len(ratio)} K. "
-    f"Both decode the same tokens with the same weights, so a gap lies in what each call costs besides the arithmetic "
-    f"(speclib's own Llama forward and preallocated cache against the stock forward and its generation machinery); "
-    f"this notebook does not time those parts apart."))
+display(
+    Markdown(
+        f"{identity.identical[0]}/{identity.of[0]} greedy SD runs equal AR; {identity.identical[1]}/{identity.of[1]} prompts "
+        f"agree with `transformers` greedy generate; {identity.identical[2]}/{identity.of[2]} assisted runs equal AR. "
+        f"At the chosen K = {bk}, speclib is **{rk.speedup[bk]:.2f}x** as fast as `transformers` assisted generation "
+        f"(95% CI {rk.lo[bk]:.2f}–{rk.hi[bk]:.2f}"
+        + (
+            ", an interval that holds 1: not distinguishable from it"
+            if rk.lo[bk] <= 1 <= rk.hi[bk]
+            else ", the whole interval above 1: faster"
+            if rk.lo[bk] > 1
+            else ", the whole interval below 1: slower"
+        )
+        + f"); across K the ratio spans {ratio.speedup.min():.2f}–{ratio.speedup.max():.2f}, reliably above 1 at "
+        f"{int((ratio.lo > 1).sum())} and reliably below 1 at {int((ratio.hi < 1).sum())} of {len(ratio)} K. "
+        f"Both decode the same tokens with the same weights, so a gap lies in what each call costs besides the arithmetic "
+        f"(speclib's own Llama forward and preallocated cache against the stock forward and its generation machinery); "
+        f"this notebook does not time those parts apart."
+    )
+)
 
 # %% [markdown]
 # ## 6 · What limits the speedup
@@ -778,17 +930,22 @@ display(Markdown(
 gr = runs[(runs["mode"] == "greedy") & (runs.split == "report")]
 g = gr[gr.K > 0].groupby("K")[["draft_s", "verify_s", "seconds"]].sum()
 limits = (g / gr[gr.K == 0].seconds.sum()).rename(columns=lambda c: c + "_over_ar").reset_index()
-limits = limits.merge(report[report["mode"] == "greedy"][["K", "acceptance", "token_acceptance", "c", "v", "predicted",
-                                                          "speedup"]], on="K")
+limits = limits.merge(
+    report[report["mode"] == "greedy"][["K", "acceptance", "token_acceptance", "c", "v", "predicted", "speedup"]],
+    on="K",
+)
 limits["overhead_over_ar"] = limits.seconds_over_ar - limits.draft_s_over_ar - limits.verify_s_over_ar
 results.save(limits.assign(**meta), f"{NB}/limits")
 display(limits.round(3))
 bl = limits.set_index("K").loc[bk]
-display(Markdown(
-    f"At K = {bk} drafting takes {bl.draft_s_over_ar:.2f} and verification {bl.verify_s_over_ar:.2f} of the AR run's time "
-    f"(the rest, {bl.overhead_over_ar:.2f}, is prefill and bookkeeping). With c = {bl.c:.3f} and v = {bl.v:.2f}, "
-    f"even perfect acceptance would give at most {(bk + 1) / (bk * bl.c + bl.v):.2f}x at this K: the draft's cost "
-    f"and the verify pass's growth with K, not acceptance alone, cap the speedup on this machine."))
+display(
+    Markdown(
+        f"At K = {bk} drafting takes {bl.draft_s_over_ar:.2f} and verification {bl.verify_s_over_ar:.2f} of the AR run's time "
+        f"(the rest, {bl.overhead_over_ar:.2f}, is prefill and bookkeeping). With c = {bl.c:.3f} and v = {bl.v:.2f}, "
+        f"even perfect acceptance would give at most {(bk + 1) / (bk * bl.c + bl.v):.2f}x at this K: the draft's cost "
+        f"and the verify pass's growth with K, not acceptance alone, cap the speedup on this machine."
+    )
+)
 
 # %% [markdown]
 # ## 7 · Feature-level drafting: a head on the target's own features
@@ -825,19 +982,23 @@ display(Markdown(
 from speclib import FeatureDrafter, load_head
 
 head = load_head(HEAD)
-target_f = speclib.load(TARGET, device=DEVICE)      # the head's target: records features; AR's does not
-sep_k = int(best.loc["greedy"].K)                    # section 4's pilot-chosen K for the separate draft
+target_f = speclib.load(TARGET, device=DEVICE)  # the head's target: records features; AR's does not
+sep_k = int(best.loc["greedy"].K)  # section 4's pilot-chosen K for the separate draft
 tree_cfgs = [tuple(t) for t in HEAD_TREES]
 
 
 def head_methods(sampling, chains, trees):
     run = lambda lm, d: lambda ids, i: generate(lm, ids, MAX_NEW_TOKENS, drafter=d, sampling=sampling, seed=SEED + i)
-    m = {"AR": lambda ids, i: generate(target, ids, MAX_NEW_TOKENS, sampling=sampling, seed=SEED + i),
-         f"separate K={sep_k}": run(target, ModelDrafter(draft, sep_k))}
+    m = {
+        "AR": lambda ids, i: generate(target, ids, MAX_NEW_TOKENS, sampling=sampling, seed=SEED + i),
+        f"separate K={sep_k}": run(target, ModelDrafter(draft, sep_k)),
+    }
     for k in chains:
         m[f"head K={k}"] = run(target_f, FeatureDrafter(target_f, head, k=k))
     for depth, budget in trees:
-        m[f"head tree d={depth} n={budget}"] = run(target_f, FeatureDrafter(target_f, head, k=depth, tree=budget, top=HEAD_TOP))
+        m[f"head tree d={depth} n={budget}"] = run(
+            target_f, FeatureDrafter(target_f, head, k=depth, tree=budget, top=HEAD_TOP)
+        )
     return m
 
 
@@ -856,13 +1017,39 @@ def head_runs():
 
 
 def head_chi2():
-    ar_runs, sd_runs = sample_pairs(T1, CHI2_TOKENS, SEED * 10**6 + 7, lambda: FeatureDrafter(target_f, head, k=CHI2_K), target_f)
+    ar_runs, sd_runs = sample_pairs(
+        T1, CHI2_TOKENS, SEED * 10**6 + 7, lambda: FeatureDrafter(target_f, head, k=CHI2_K), target_f
+    )
     r = stats.run_permutation_test(ar_runs, sd_runs, n_perm=999, paired=True, seed=SEED)
-    return pd.DataFrame([dict(setting="temperature 1", method="feature head", chi2=r.chi2, dof=r.dof, p=r.p_asymptotic,
-                              p_permutation=r.p_permutation, tokens_ar=r.n_a, tokens_sd=r.n_b, runs=len(ar_runs))]).assign(**meta)
+    return pd.DataFrame(
+        [
+            dict(
+                setting="temperature 1",
+                method="feature head",
+                chi2=r.chi2,
+                dof=r.dof,
+                p=r.p_asymptotic,
+                p_permutation=r.p_permutation,
+                tokens_ar=r.n_a,
+                tokens_sd=r.n_b,
+                runs=len(ar_runs),
+            )
+        ]
+    ).assign(**meta)
 
 
-HEAD_USES = ["TARGET", "DRAFT", "HEAD", "HEAD_TREES", "HEAD_TOP", "K_MAX", "ROUNDS", "THREADS", "MAX_NEW_TOKENS", "SEED"]
+HEAD_USES = [
+    "TARGET",
+    "DRAFT",
+    "HEAD",
+    "HEAD_TREES",
+    "HEAD_TOP",
+    "K_MAX",
+    "ROUNDS",
+    "THREADS",
+    "MAX_NEW_TOKENS",
+    "SEED",
+]
 hruns = study.step("head_runs", head_runs, uses=HEAD_USES + PROMPT_PARAMS)
 hchi = study.step("head_chi2", head_chi2, uses=["SEED", "CHI2_TOKENS", "CHI2_K", "TARGET", "HEAD"] + PROMPT_PARAMS)
 chosen, chain_k = hruns.chosen.iloc[0], int(hruns.chosen_chain.iloc[0])
@@ -870,14 +1057,18 @@ chosen, chain_k = hruns.chosen.iloc[0], int(hruns.chosen_chain.iloc[0])
 
 def head_table(mode, split):
     t = bench.speedup_table(hruns[(hruns["mode"] == mode) & (hruns.split == split)], seed=SEED)
-    t["kind"] = np.where(t.method.str.contains("tree"), "head tree", np.where(t.method.str.startswith("head"), "head chain", "separate"))
+    t["kind"] = np.where(
+        t.method.str.contains("tree"), "head tree", np.where(t.method.str.startswith("head"), "head chain", "separate")
+    )
     t["depth"] = t.method.str.extract(r"(?:K|d)=(\d+)", expand=False).astype(int)
     t["budget"] = t.method.str.extract(r"n=(\d+)", expand=False).astype(float)
     return t.assign(mode=mode, split=split)
 
 
-hspeed = pd.concat([head_table("greedy", "pilot"), head_table("greedy", "report"), head_table("temperature 1", "report")],
-                   ignore_index=True)
+hspeed = pd.concat(
+    [head_table("greedy", "pilot"), head_table("greedy", "report"), head_table("temperature 1", "report")],
+    ignore_index=True,
+)
 results.save(hspeed.assign(**meta), f"{NB}/head_speedup")
 hrep = hspeed[(hspeed.split == "report") & (hspeed["mode"] == "greedy")].set_index("method")
 display(hspeed.drop(columns=["split"]).round(3))
@@ -886,51 +1077,86 @@ greedy_rep = hruns[(hruns["mode"] == "greedy") & (hruns.split == "report")]
 fig, axes = plt.subplots(1, 3, figsize=(15, 3.8))
 ch = hrep[hrep.kind == "head chain"].sort_values("depth")
 axes[0].fill_between(ch.depth, ch.spread_lo, ch.spread_hi, color="C1", alpha=0.15)
-axes[0].errorbar(ch.depth, ch.speedup, yerr=[ch.speedup - ch.lo, ch.hi - ch.speedup], marker="o", capsize=3, color="C1",
-                 label="feature head, chain")
+axes[0].errorbar(
+    ch.depth,
+    ch.speedup,
+    yerr=[ch.speedup - ch.lo, ch.hi - ch.speedup],
+    marker="o",
+    capsize=3,
+    color="C1",
+    label="feature head, chain",
+)
 tr = hrep[hrep.kind == "head tree"]
-axes[0].errorbar(tr.depth + 0.1, tr.speedup, yerr=[tr.speedup - tr.lo, tr.hi - tr.speedup], fmt="s", capsize=3, color="C2",
-                 label="feature head, tree (at its depth)")
+axes[0].errorbar(
+    tr.depth + 0.1,
+    tr.speedup,
+    yerr=[tr.speedup - tr.lo, tr.hi - tr.speedup],
+    fmt="s",
+    capsize=3,
+    color="C2",
+    label="feature head, tree (at its depth)",
+)
 for r in tr.itertuples():
     axes[0].annotate(f"n={int(r.budget)}", (r.depth + 0.15, r.speedup), fontsize=7)
 sep = hrep[hrep.kind == "separate"].iloc[0]
 axes[0].axhline(sep.speedup, color="C0", ls="--", label=f"separate draft, K = {sep_k}")
 axes[0].axhline(1, color="k", lw=0.8)
-axes[0].set(xlabel="draft depth K", ylabel="speedup over AR (greedy)", title=f"{len(report_prompts)} reported prompts x {ROUNDS} rounds")
+axes[0].set(
+    xlabel="draft depth K",
+    ylabel="speedup over AR (greedy)",
+    title=f"{len(report_prompts)} reported prompts x {ROUNDS} rounds",
+)
 axes[0].legend(fontsize=7)
 for name, color in [(f"head K={K_MAX}", "C1"), (f"separate K={sep_k}", "C0")]:
     g = greedy_rep[greedy_rep.method == name]
     if len(g):
         reached, accepted = bench.position_totals(g, int(name.split("=")[1]))
-        axes[1].plot(np.arange(1, len(reached) + 1), accepted / np.clip(reached, 1, None), "o-", color=color, label=name)
-axes[1].set(xlabel="draft position", ylabel="P(accept | reached)", ylim=(0, 1), title="Per-position acceptance (greedy)")
+        axes[1].plot(
+            np.arange(1, len(reached) + 1), accepted / np.clip(reached, 1, None), "o-", color=color, label=name
+        )
+axes[1].set(
+    xlabel="draft position", ylabel="P(accept | reached)", ylim=(0, 1), title="Per-position acceptance (greedy)"
+)
 axes[1].legend(fontsize=8)
 ar_s = greedy_rep[greedy_rep.method == "AR"].seconds.sum()
 parts = []
 for name in [f"separate K={sep_k}", chosen, f"head K={chain_k}"]:
     g = greedy_rep[greedy_rep.method == name]
-    parts.append(dict(method=name, drafting=g.draft_s.sum() / ar_s, verification=g.verify_s.sum() / ar_s,
-                      rest=(g.seconds.sum() - g.draft_s.sum() - g.verify_s.sum()) / ar_s))
+    parts.append(
+        dict(
+            method=name,
+            drafting=g.draft_s.sum() / ar_s,
+            verification=g.verify_s.sum() / ar_s,
+            rest=(g.seconds.sum() - g.draft_s.sum() - g.verify_s.sum()) / ar_s,
+        )
+    )
 parts = pd.DataFrame(parts).drop_duplicates("method").set_index("method")
 parts.plot.barh(stacked=True, ax=axes[2], color=["C1", "C0", "C7"])
 axes[2].axvline(1, color="k", lw=0.8)
 axes[2].set(xlabel="time / AR's time (greedy, reported prompts)", ylabel="", title="Where the time goes")
 axes[2].legend(fontsize=7)
-savefig(fig, f"{NB}_head"); plt.show()
+savefig(fig, f"{NB}_head")
+plt.show()
 
-c_best, t1 = hrep.loc[chosen], hspeed[(hspeed["mode"] == "temperature 1") & (hspeed.method == f"head K={chain_k}")].iloc[0]
+c_best, t1 = (
+    hrep.loc[chosen],
+    hspeed[(hspeed["mode"] == "temperature 1") & (hspeed.method == f"head K={chain_k}")].iloc[0],
+)
 identical = hruns[(hruns["mode"] == "greedy") & (hruns.method != "AR")]
 chi_h = hchi.iloc[0]
-display(Markdown(
-    f"Chosen on the pilot prompts: **{chosen}**. On the reported prompts it runs at **{c_best.speedup:.2f}x** over AR "
-    f"(95% CI {c_best.lo:.2f}–{c_best.hi:.2f}; total-time ratio {c_best.total_ratio:.2f}x; single rounds "
-    f"{c_best.spread_lo:.2f}–{c_best.spread_hi:.2f}), per-token acceptance {c_best.token_acceptance:.3f}, "
-    f"{c_best.tokens_per_call:.2f} tokens per target call, c = {c_best.c:.3f} per drafted token and v = {c_best.v:.2f}; "
-    f"the separate draft at K = {sep_k}: {sep.speedup:.2f}x (CI {sep.lo:.2f}–{sep.hi:.2f}), per-token acceptance "
-    f"{sep.token_acceptance:.3f}, c = {sep.c:.3f}. At temperature 1 the head's chain at K = {chain_k} runs at "
-    f"{t1.speedup:.2f}x (CI {t1.lo:.2f}–{t1.hi:.2f}). Greedy head SD equals AR on "
-    f"{int(identical.same_as_reference.sum())}/{len(identical)} runs; AR vs head SD at temperature 1: χ² = {chi_h.chi2:.1f}, "
-    f"dof = {chi_h.dof}, permutation p = {chi_h.p_permutation:.3f} over {chi_h.tokens_ar} and {chi_h.tokens_sd} tokens."))
+display(
+    Markdown(
+        f"Chosen on the pilot prompts: **{chosen}**. On the reported prompts it runs at **{c_best.speedup:.2f}x** over AR "
+        f"(95% CI {c_best.lo:.2f}–{c_best.hi:.2f}; total-time ratio {c_best.total_ratio:.2f}x; single rounds "
+        f"{c_best.spread_lo:.2f}–{c_best.spread_hi:.2f}), per-token acceptance {c_best.token_acceptance:.3f}, "
+        f"{c_best.tokens_per_call:.2f} tokens per target call, c = {c_best.c:.3f} per drafted token and v = {c_best.v:.2f}; "
+        f"the separate draft at K = {sep_k}: {sep.speedup:.2f}x (CI {sep.lo:.2f}–{sep.hi:.2f}), per-token acceptance "
+        f"{sep.token_acceptance:.3f}, c = {sep.c:.3f}. At temperature 1 the head's chain at K = {chain_k} runs at "
+        f"{t1.speedup:.2f}x (CI {t1.lo:.2f}–{t1.hi:.2f}). Greedy head SD equals AR on "
+        f"{int(identical.same_as_reference.sum())}/{len(identical)} runs; AR vs head SD at temperature 1: χ² = {chi_h.chi2:.1f}, "
+        f"dof = {chi_h.dof}, permutation p = {chi_h.p_permutation:.3f} over {chi_h.tokens_ar} and {chi_h.tokens_sd} tokens."
+    )
+)
 
 # %% [markdown]
 # **What limits the head.** Section 6's ceiling, per chain length: with perfect acceptance a chain of K
@@ -944,28 +1170,51 @@ display(Markdown(
 from speclib.core.analytic import acceptance_needed, predicted_speedup
 
 ceil = hrep[hrep.kind == "head chain"].sort_values("depth")
-ceil = ceil.assign(ceiling_at_c=(ceil.depth + 1) / (ceil.depth * ceil.c + ceil.v), ceiling_free=(ceil.depth + 1) / ceil.v,
-                   alpha_for_2x=[acceptance_needed(2.0, int(r.depth), r.c, r.v) for r in ceil.itertuples()],
-                   alpha_for_2_5x=[acceptance_needed(2.5, int(r.depth), r.c, r.v) for r in ceil.itertuples()])
+ceil = ceil.assign(
+    ceiling_at_c=(ceil.depth + 1) / (ceil.depth * ceil.c + ceil.v),
+    ceiling_free=(ceil.depth + 1) / ceil.v,
+    alpha_for_2x=[acceptance_needed(2.0, int(r.depth), r.c, r.v) for r in ceil.itertuples()],
+    alpha_for_2_5x=[acceptance_needed(2.5, int(r.depth), r.c, r.v) for r in ceil.itertuples()],
+)
 results.save(ceil.assign(**meta), f"{NB}/head_ceiling")
-display(ceil[["depth", "token_acceptance", "tokens_per_call", "c", "v", "speedup", "ceiling_at_c", "ceiling_free",
-              "alpha_for_2x", "alpha_for_2_5x"]].round(3))
+display(
+    ceil[
+        [
+            "depth",
+            "token_acceptance",
+            "tokens_per_call",
+            "c",
+            "v",
+            "speedup",
+            "ceiling_at_c",
+            "ceiling_free",
+            "alpha_for_2x",
+            "alpha_for_2_5x",
+        ]
+    ].round(3)
+)
 cb = ceil.loc[f"head K={chain_k}"]
 free_at_alpha = max(predicted_speedup(r.token_acceptance, int(r.depth), 0.0, r.v) for r in ceil.itertuples())
 best2 = ceil.loc[ceil.alpha_for_2x.idxmin()] if ceil.alpha_for_2x.notna().any() else None
-display(Markdown(
-    f"At its chosen K = {chain_k} the head reaches {cb.speedup:.2f}x of a {cb.ceiling_at_c:.2f}x ceiling at its own "
-    f"c = {cb.c:.3f}, with {cb.tokens_per_call:.2f} of {chain_k + 1} possible tokens per call (per-token acceptance "
-    f"{cb.token_acceptance:.3f}; the per-position curve above shows where it drops). Verifying K + 1 tokens costs "
-    f"v(K) = " + ", ".join(f"{r.v:.2f}" for r in ceil.itertuples()) + f" single-token passes for K = "
-    f"{int(ceil.depth.min())}..{int(ceil.depth.max())} on this CPU, so short chains cap low (K = 2: at most "
-    f"{ceil.set_index('depth').ceiling_at_c.get(2, float('nan')):.2f}x at the head's c) and long ones need nearly "
-    f"every token right: "
-    + (f"2x needs a per-token acceptance of at least {best2.alpha_for_2x:.3f} (at K = {int(best2.depth)}), "
-       if best2 is not None else "2x is above every chain's ceiling, ")
-    + f"against the head's {ceil.token_acceptance.max():.3f} at best. A free head (c = 0) at the acceptance it has "
-    f"would give at most {free_at_alpha:.2f}x: a cheaper pass (the head runs one decoder layer, the feature fusion "
-    f"and the full LM head) buys part of the gap, and the rest takes a head that agrees with the target more often."))
+display(
+    Markdown(
+        f"At its chosen K = {chain_k} the head reaches {cb.speedup:.2f}x of a {cb.ceiling_at_c:.2f}x ceiling at its own "
+        f"c = {cb.c:.3f}, with {cb.tokens_per_call:.2f} of {chain_k + 1} possible tokens per call (per-token acceptance "
+        f"{cb.token_acceptance:.3f}; the per-position curve above shows where it drops). Verifying K + 1 tokens costs "
+        f"v(K) = " + ", ".join(f"{r.v:.2f}" for r in ceil.itertuples()) + f" single-token passes for K = "
+        f"{int(ceil.depth.min())}..{int(ceil.depth.max())} on this CPU, so short chains cap low (K = 2: at most "
+        f"{ceil.set_index('depth').ceiling_at_c.get(2, float('nan')):.2f}x at the head's c) and long ones need nearly "
+        f"every token right: "
+        + (
+            f"2x needs a per-token acceptance of at least {best2.alpha_for_2x:.3f} (at K = {int(best2.depth)}), "
+            if best2 is not None
+            else "2x is above every chain's ceiling, "
+        )
+        + f"against the head's {ceil.token_acceptance.max():.3f} at best. A free head (c = 0) at the acceptance it has "
+        f"would give at most {free_at_alpha:.2f}x: a cheaper pass (the head runs one decoder layer, the feature fusion "
+        f"and the full LM head) buys part of the gap, and the rest takes a head that agrees with the target more often."
+    )
+)
 
 # %% [markdown]
 # ### This run's steps

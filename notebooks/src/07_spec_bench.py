@@ -55,55 +55,66 @@
 # whole benchmark is `-p PER_TASK None` (about ten times as long).
 
 # %%
-SMOKE = False           # True: tiny sizes, the whole notebook in a few minutes on 2 CPU cores
+SMOKE = False  # True: tiny sizes, the whole notebook in a few minutes on 2 CPU cores
 SEED = 0
-TARGET = "smollm2-135m-instruct"   # a pretrained model of speclib.lms.pretrained, or any chat model folder
+TARGET = "smollm2-135m-instruct"  # a pretrained model of speclib.lms.pretrained, or any chat model folder
 QUESTIONS = "data/workloads/spec_bench/question.jsonl"
-PER_TASK = 6            # reported questions per task (None: every question that is not a pilot one)
-PILOT_PER_TASK = 1      # pilot questions per task: every tuned setting is chosen on these only
-MAX_NEW_TOKENS = 128    # per turn (Spec-Bench allows 1024; answers that end earlier stop at EOS)
-LOOKUP_GRID = [[2, 4], [2, 8], [3, 8], [2, 12]]   # prompt lookup (max n-gram, k) settings tried on the pilot
-SUFFIX_GRID = [8, 16]   # suffix tree: longest draft tried on the pilot
-HEAD = None             # a feature head for TARGET (name or folder) adds the trained-draft rows of section 4; train one:
-                        # python -m speclib chat_data TARGET; python -m speclib train head TARGET (hours on 2 cores)
-HEAD_KS = [2, 3, 4]     # the head's draft lengths tried on the pilot
-RECYCLING_NODES = [1, 2, 3, 5, 7, 11, 15]   # Token Recycling tree sizes; the cost model picks one (section 4)
-RECYCLING_TOP_K = 8     # candidates kept per token in Token Recycling's matrix
-REST_SOURCE = "chat"    # REST's datastore: the model's own answers to instructions outside Spec-Bench ("chat"), the
-REST_ANSWERS = 320      # instructions alone ("prompts") or Python source ("stdlib"); how many instructions
-REST_NODES = [4, 8, 16]   # REST tree sizes tried on the pilot turns
-LOOKAHEAD_GRID = [[1, 2, 1], [1, 3, 1], [2, 3, 1], [2, 3, 2], [3, 3, 3]]   # Lookahead (window, n-gram, guesses) tried on the pilot turns
-FR_VOCAB = 8192         # FR-Spec: the head drafts from the FR_VOCAB most frequent tokens (None: full vocabulary only)
+PER_TASK = 6  # reported questions per task (None: every question that is not a pilot one)
+PILOT_PER_TASK = 1  # pilot questions per task: every tuned setting is chosen on these only
+MAX_NEW_TOKENS = 128  # per turn (Spec-Bench allows 1024; answers that end earlier stop at EOS)
+LOOKUP_GRID = [[2, 4], [2, 8], [3, 8], [2, 12]]  # prompt lookup (max n-gram, k) settings tried on the pilot
+SUFFIX_GRID = [8, 16]  # suffix tree: longest draft tried on the pilot
+HEAD = None  # a feature head for TARGET (name or folder) adds the trained-draft rows of section 4; train one:
+# python -m speclib chat_data TARGET; python -m speclib train head TARGET (hours on 2 cores)
+HEAD_KS = [2, 3, 4]  # the head's draft lengths tried on the pilot
+RECYCLING_NODES = [1, 2, 3, 5, 7, 11, 15]  # Token Recycling tree sizes; the cost model picks one (section 4)
+RECYCLING_TOP_K = 8  # candidates kept per token in Token Recycling's matrix
+REST_SOURCE = "chat"  # REST's datastore: the model's own answers to instructions outside Spec-Bench ("chat"), the
+REST_ANSWERS = 320  # instructions alone ("prompts") or Python source ("stdlib"); how many instructions
+REST_NODES = [4, 8, 16]  # REST tree sizes tried on the pilot turns
+LOOKAHEAD_GRID = [
+    [1, 2, 1],
+    [1, 3, 1],
+    [2, 3, 1],
+    [2, 3, 2],
+    [3, 3, 3],
+]  # Lookahead (window, n-gram, guesses) tried on the pilot turns
+FR_VOCAB = 8192  # FR-Spec: the head drafts from the FR_VOCAB most frequent tokens (None: full vocabulary only)
 LATENCY_REPEATS = 15
-RUNTIMES = ["torch", "torch-bf16", "torch-int8", "onnx", "onnx-int8", "llamacpp-gguf"]   # section 8 (speclib.lms.backends)
-RUNTIME_KS = [1, 2, 4, 8]   # prompt lookup lengths among which section 8 picks one per runtime, from the pilot turns
-RUNTIME_PER_TASK = 2    # section 8 times every runtime on the first RUNTIME_PER_TASK reported questions of each task
-CHI2_TOKENS = 4600      # tokens per method for the temperature-1 test (half of notebook 01's 9,200)
-THREADS = 1             # torch and llama.cpp threads; 1 keeps timings steady on 2 cores (notebook 05)
-RESULTS = "auto"        # auto: reuse results saved with these parameters, else compute; "recompute"; "reuse"
-PUBLISH = False         # True: a run with non-default parameters also replaces data/results and figures/
+RUNTIMES = [
+    "torch",
+    "torch-bf16",
+    "torch-int8",
+    "onnx",
+    "onnx-int8",
+    "llamacpp-gguf",
+]  # section 8 (speclib.lms.backends)
+RUNTIME_KS = [1, 2, 4, 8]  # prompt lookup lengths among which section 8 picks one per runtime, from the pilot turns
+RUNTIME_PER_TASK = 2  # section 8 times every runtime on the first RUNTIME_PER_TASK reported questions of each task
+CHI2_TOKENS = 4600  # tokens per method for the temperature-1 test (half of notebook 01's 9,200)
+THREADS = 1  # torch and llama.cpp threads; 1 keeps timings steady on 2 cores (notebook 05)
+RESULTS = "auto"  # auto: reuse results saved with these parameters, else compute; "recompute"; "reuse"
+PUBLISH = False  # True: a run with non-default parameters also replaces data/results and figures/
 
 # %%
+import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
-import matplotlib.pyplot as plt
 import torch
 from IPython.display import Markdown, display
 from scipy.stats import spearmanr
 
 import speclib
-from speclib import HybridDrafter, Lookahead, PromptLookupDrafter, Sampling, SuffixDrafter, TokenRecycling
-from speclib.lms import backends, pretrained
-from speclib.research import bench, peers, spec_bench, stats
-from speclib import generate
-from speclib.workbook import results
+from speclib import HybridDrafter, Lookahead, PromptLookupDrafter, Sampling, SuffixDrafter, TokenRecycling, generate
 from speclib.core.device import REPO
 from speclib.drafters import rest
-from speclib.research import datastore
 from speclib.drafters.hybrid import FEATURES, Costs, PayoffPredictor, feature_matrix
 from speclib.drafters.recycling import expected_accepted, recycling_template
+from speclib.lms import backends, pretrained
 from speclib.lms.head import token_counts
 from speclib.lms.loading import describe
+from speclib.research import bench, datastore, peers, spec_bench, stats
+from speclib.workbook import results
 from speclib.workbook.plotting import savefig, style
 from speclib.workbook.study import Study
 
@@ -129,9 +140,15 @@ if SMOKE:
     reported_qs = [q for q in reported_qs if q["task"] in ("mt_bench", "summarization")]
 study = Study(NB, globals(), mode=RESULTS, publish=PUBLISH, always=dict(SMOKE=SMOKE), calibrate=target)
 QUESTION_SET = ["TARGET", "QUESTIONS", "PER_TASK", "PILOT_PER_TASK", "SEED", "MAX_NEW_TOKENS"]
-print(f"{len(pilot_qs)} pilot and {len(reported_qs)} reported questions; torch threads {threads}; "
-      f"results mode {RESULTS!r}: this run {study.where()}")
-display(pd.DataFrame([describe(target) | pretrained.card(TARGET)]).drop(columns=["heldout_loss", "tokens_seen", "train_minutes"], errors="ignore"))
+print(
+    f"{len(pilot_qs)} pilot and {len(reported_qs)} reported questions; torch threads {threads}; "
+    f"results mode {RESULTS!r}: this run {study.where()}"
+)
+display(
+    pd.DataFrame([describe(target) | pretrained.card(TARGET)]).drop(
+        columns=["heldout_loss", "tokens_seen", "train_minutes"], errors="ignore"
+    )
+)
 
 # %% [markdown]
 # ## 1 · What a pass costs
@@ -141,6 +158,7 @@ display(pd.DataFrame([describe(target) | pretrained.card(TARGET)]).drop(columns=
 # the extra rows of a verify pass are no longer free. We time the bare forward at the median prompt
 # length of the reported questions, and the share of one pass spent in the output layer (576 × 49,152:
 # 28M of the 135M parameters), which is what a small draft model with the same vocabulary pays too.
+
 
 # %%
 def pass_costs():
@@ -154,9 +172,13 @@ def pass_costs():
             h @ w.T
         t = []
         for _ in range(LATENCY_REPEATS):
-            t0 = speclib.core.device.clock(target.device); h @ w.T; t.append(speclib.core.device.clock(target.device) - t0)
-    return pd.DataFrame(dict(n=ns + [1], part=["pass"] * len(ns) + ["lm_head"], prefix_len=prefix,
-                             seconds=secs + [float(np.median(t))])).assign(**meta)
+            t0 = speclib.core.device.clock(target.device)
+            h @ w.T
+            t.append(speclib.core.device.clock(target.device) - t0)
+    return pd.DataFrame(
+        dict(n=ns + [1], part=["pass"] * len(ns) + ["lm_head"], prefix_len=prefix, seconds=secs + [float(np.median(t))])
+    ).assign(**meta)
+
 
 costs = study.step("pass_costs", pass_costs, uses=QUESTION_SET + ["LATENCY_REPEATS", "THREADS"])
 passes = costs[costs.part == "pass"].set_index("n").seconds
@@ -165,12 +187,16 @@ fig, ax = plt.subplots(figsize=(5.5, 3.4))
 ax.plot(passes.index, passes / t1, "o-")
 ax.axhline(1, color="grey", lw=0.8, ls=":")
 ax.set(xlabel="tokens in one pass (n)", ylabel="v(n) = T(n) / T(1)", title=f"{TARGET}: cost of a verify pass")
-savefig(fig, f"{NB}_pass_cost"); plt.show()
-display(Markdown(
-    f"At a {int(costs.prefix_len.iloc[0])}-token prefix one pass takes T(1) = {t1 * 1e3:.1f} ms "
-    f"({1 / t1:.1f} tokens/s at best); v(4) = {passes[4] / t1:.2f}, v(8) = {passes[8] / t1:.2f}, "
-    f"v(16) = {passes[16] / t1:.2f}. The output layer alone (one token) takes {head_s * 1e3:.2f} ms, "
-    f"{head_s / t1:.0%} of a pass."))
+savefig(fig, f"{NB}_pass_cost")
+plt.show()
+display(
+    Markdown(
+        f"At a {int(costs.prefix_len.iloc[0])}-token prefix one pass takes T(1) = {t1 * 1e3:.1f} ms "
+        f"({1 / t1:.1f} tokens/s at best); v(4) = {passes[4] / t1:.2f}, v(8) = {passes[8] / t1:.2f}, "
+        f"v(16) = {passes[16] / t1:.2f}. The output layer alone (one token) takes {head_s * 1e3:.2f} ms, "
+        f"{head_s / t1:.0%} of a pass."
+    )
+)
 
 # %% [markdown]
 # ## 2 · The questions, and the model's own first answers
@@ -178,18 +204,26 @@ display(Markdown(
 # decoding gives every method the same first answer (checked in section 4), so the second-turn
 # prompts are built once, from the AR answer, and every method is timed on both turns.
 
+
 # %%
 def first_answers():
     rows = []
     for split, group in (("pilot", pilot_qs), ("reported", reported_qs)):
         for q in group:
             if len(q["turns"]) > 1:
-                g = generate(target, spec_bench.turn_ids(target, q, max_new_tokens=MAX_NEW_TOKENS), MAX_NEW_TOKENS, sampling=GREEDY)
+                g = generate(
+                    target,
+                    spec_bench.turn_ids(target, q, max_new_tokens=MAX_NEW_TOKENS),
+                    MAX_NEW_TOKENS,
+                    sampling=GREEDY,
+                )
                 rows.append(dict(split=split, question_id=q["question_id"], answer=g.text, new_tokens=len(g.tokens)))
     return pd.DataFrame(rows, columns=["split", "question_id", "answer", "new_tokens"]).assign(**meta)
 
+
 answers = study.step("first_answers", first_answers, uses=QUESTION_SET)
 answer_of = dict(zip(answers.question_id, answers.answer))
+
 
 def turns(group):
     """(prompt ids, task, question id, turn) for every turn of every question in `group`."""
@@ -197,8 +231,16 @@ def turns(group):
     for q in group:
         out.append((spec_bench.turn_ids(target, q, max_new_tokens=MAX_NEW_TOKENS), q["task"], q["question_id"], 1))
         if len(q["turns"]) > 1:
-            out.append((spec_bench.turn_ids(target, q, [answer_of[q["question_id"]]], MAX_NEW_TOKENS), q["task"], q["question_id"], 2))
+            out.append(
+                (
+                    spec_bench.turn_ids(target, q, [answer_of[q["question_id"]]], MAX_NEW_TOKENS),
+                    q["task"],
+                    q["question_id"],
+                    2,
+                )
+            )
     return out
+
 
 pilot_turns, reported_turns = turns(pilot_qs), turns(reported_qs)
 lengths = pd.DataFrame([dict(task=t, prompt_tokens=len(ids)) for ids, t, _, _ in reported_turns])
@@ -213,28 +255,48 @@ display(lengths.groupby("task").prompt_tokens.describe()[["count", "min", "50%",
 # on the pilot turns; the one with the highest pooled speedup (all pilot turns together) is kept
 # and used, unchanged, by all three implementations in section 4.
 
+
 # %%
 def lookup_name(s):
     return f"lookup n={s[0]} k={s[1]}"
 
+
 def pilot_runs():
     methods = {"AR": lambda ids, i: generate(target, ids, MAX_NEW_TOKENS, sampling=GREEDY)}
     for s in LOOKUP_GRID:
-        methods[lookup_name(s)] = (lambda s: lambda ids, i: generate(
-            target, ids, MAX_NEW_TOKENS, drafter=PromptLookupDrafter(s[0], s[1]), sampling=GREEDY))(s)
+        methods[lookup_name(s)] = (
+            lambda s: (
+                lambda ids, i: generate(
+                    target, ids, MAX_NEW_TOKENS, drafter=PromptLookupDrafter(s[0], s[1]), sampling=GREEDY
+                )
+            )
+        )(s)
     for m in SUFFIX_GRID:
-        methods[f"suffix max={m}"] = (lambda m: lambda ids, i: generate(
-            target, ids, MAX_NEW_TOKENS, drafter=SuffixDrafter(max_spec=m), sampling=GREEDY))(m)
+        methods[f"suffix max={m}"] = (
+            lambda m: (
+                lambda ids, i: generate(target, ids, MAX_NEW_TOKENS, drafter=SuffixDrafter(max_spec=m), sampling=GREEDY)
+            )
+        )(m)
     return bench.paired_runs([t[0] for t in pilot_turns], methods).assign(**meta)
 
+
 pilot = study.step("pilot", pilot_runs, uses=QUESTION_SET + ["LOOKUP_GRID", "SUFFIX_GRID", "THREADS"])
-pilot_table = bench.speedup_table(pilot)[["method", "speedup", "lo", "hi", "total_ratio", "tokens_per_call", "identical", "runs"]]
+pilot_table = bench.speedup_table(pilot)[
+    ["method", "speedup", "lo", "hi", "total_ratio", "tokens_per_call", "identical", "runs"]
+]
 display(pilot_table.round(3))
 best_lookup = max(LOOKUP_GRID, key=lambda s: pilot_table.set_index("method").total_ratio[lookup_name(s)])
 best_suffix = max(SUFFIX_GRID, key=lambda m: pilot_table.set_index("method").total_ratio[f"suffix max={m}"])
-results.save(pilot_table.assign(chosen=pilot_table.method.isin([lookup_name(best_lookup), f"suffix max={best_suffix}"]), **meta), f"{NB}/pilot_table")
-display(Markdown(f"Chosen on {len(pilot_turns)} pilot turns (pooled ratio of tokens per second): prompt lookup with "
-                 f"n = {best_lookup[0]}, k = {best_lookup[1]}; suffix tree with drafts up to {best_suffix} tokens."))
+results.save(
+    pilot_table.assign(chosen=pilot_table.method.isin([lookup_name(best_lookup), f"suffix max={best_suffix}"]), **meta),
+    f"{NB}/pilot_table",
+)
+display(
+    Markdown(
+        f"Chosen on {len(pilot_turns)} pilot turns (pooled ratio of tokens per second): prompt lookup with "
+        f"n = {best_lookup[0]}, k = {best_lookup[1]}; suffix tree with drafts up to {best_suffix} tokens."
+    )
+)
 
 # %% [markdown]
 # ## 4 · The benchmark: every method on the reported questions
@@ -243,33 +305,46 @@ display(Markdown(f"Chosen on {len(pilot_turns)} pilot turns (pooled ratio of tok
 # own greedy `generate` and its prompt lookup decoding; llama.cpp's greedy decoding and its prompt lookup
 # drafter on the GGUF file the weights came from. The three prompt lookups use the chosen (n, k).
 
+
 # %%
 def recorded(name, run, outputs):
     """`run` that also keeps each output's tokens in outputs[(prompt index, name)]."""
+
     def wrapped(ids, i):
         g = run(ids, i)
         outputs[(i, name)] = g.tokens
         return g
+
     return wrapped
+
 
 def benchmark_runs():
     n, k = best_lookup
     methods = {
         "AR": lambda ids, i: generate(target, ids, MAX_NEW_TOKENS, sampling=GREEDY),
-        "prompt lookup": lambda ids, i: generate(target, ids, MAX_NEW_TOKENS, drafter=PromptLookupDrafter(n, k), sampling=GREEDY),
-        "suffix": lambda ids, i: generate(target, ids, MAX_NEW_TOKENS, drafter=SuffixDrafter(max_spec=best_suffix), sampling=GREEDY),
+        "prompt lookup": lambda ids, i: generate(
+            target, ids, MAX_NEW_TOKENS, drafter=PromptLookupDrafter(n, k), sampling=GREEDY
+        ),
+        "suffix": lambda ids, i: generate(
+            target, ids, MAX_NEW_TOKENS, drafter=SuffixDrafter(max_spec=best_suffix), sampling=GREEDY
+        ),
         "transformers AR": lambda ids, i: peers.hf_generate(target, ids, MAX_NEW_TOKENS),
-        "transformers prompt lookup": lambda ids, i: peers.hf_prompt_lookup(target, ids, MAX_NEW_TOKENS, k=k, max_ngram=n),
+        "transformers prompt lookup": lambda ids, i: peers.hf_prompt_lookup(
+            target, ids, MAX_NEW_TOKENS, k=k, max_ngram=n
+        ),
     }
     if gguf is not None:
         cpp = peers.LlamaCpp(gguf, threads=threads, eos_token_id=target.eos_token_id)
         cpp_pld = peers.LlamaCpp(gguf, threads=threads, lookup=(n, k), eos_token_id=target.eos_token_id)
-        methods |= {"llama.cpp AR": lambda ids, i: cpp.generate(ids, MAX_NEW_TOKENS),
-                    "llama.cpp prompt lookup": lambda ids, i: cpp_pld.generate(ids, MAX_NEW_TOKENS)}
+        methods |= {
+            "llama.cpp AR": lambda ids, i: cpp.generate(ids, MAX_NEW_TOKENS),
+            "llama.cpp prompt lookup": lambda ids, i: cpp_pld.generate(ids, MAX_NEW_TOKENS),
+        }
     outputs = {}
     runs = bench.paired_runs([t[0] for t in reported_turns], {m: recorded(m, f, outputs) for m, f in methods.items()})
     toks = pd.DataFrame([dict(prompt=i, method=m, tokens=list(map(int, t))) for (i, m), t in outputs.items()])
     return {"runs": runs.assign(**meta), "outputs": toks.assign(**meta)}
+
 
 saved = study.step("benchmark", benchmark_runs, uses=QUESTION_SET + ["LOOKUP_GRID", "SUFFIX_GRID", "THREADS"])
 runs, outputs = saved["runs"], saved["outputs"]
@@ -286,26 +361,33 @@ table = spec_bench.task_table(runs, tasks)
 # target still verifies over every token, so output is unchanged). The draft length k is chosen on the
 # pilot turns for each, then both run paired with AR on the reported turns, in a step of their own.
 
+
 # %%
 def ar_run(ids, i):
-    target.record_features(None)        # AR pays nothing for the features only the head reads
+    target.record_features(None)  # AR pays nothing for the features only the head reads
     return generate(target, ids, MAX_NEW_TOKENS, sampling=GREEDY)
+
 
 def head_methods(ks):
     """AR and, per k, the head over the whole vocabulary and (FR_VOCAB) over the frequent tokens; each drafter
     is built once and switches the target's feature recording back on before its run (re-allocating the
     feature buffer after an AR run: a cost charged to the head)."""
     head = speclib.load_head(HEAD)
-    vocabs = {"head": None} | ({"head+FR": speclib.drafters.frequent_tokens(token_counts(HEAD), FR_VOCAB)} if FR_VOCAB else {})
+    vocabs = {"head": None} | (
+        {"head+FR": speclib.drafters.frequent_tokens(token_counts(HEAD), FR_VOCAB)} if FR_VOCAB else {}
+    )
     methods = {"AR": ar_run}
     for k in ks:
         for kind, vocab in vocabs.items():
             d = speclib.FeatureDrafter(target, head, k=k, vocab=vocab)
+
             def run(ids, i, d=d):
                 target.record_features(head.feature_layers)
                 return generate(target, ids, MAX_NEW_TOKENS, drafter=d, sampling=GREEDY)
+
             methods[f"{kind} k={k}"] = run
     return methods
+
 
 def head_runs():
     pilot_ = bench.paired_runs([t[0] for t in pilot_turns], head_methods(HEAD_KS))
@@ -318,20 +400,32 @@ def head_runs():
     runs_ = bench.paired_runs([t[0] for t in reported_turns], {m: recorded(m, f, outputs_) for m, f in methods.items()})
     toks = pd.DataFrame([dict(prompt=i, method=m, tokens=list(map(int, t))) for (i, m), t in outputs_.items()])
     target.record_features(None)
-    return {"head_pilot": pilot_.assign(**meta), "head_runs": runs_.assign(chosen_k=runs_.method.map(
-                {"feature head": best["head"], "feature head + FR-Spec": best["head+FR"]}), **meta),
-            "head_outputs": toks.assign(**meta)}
+    return {
+        "head_pilot": pilot_.assign(**meta),
+        "head_runs": runs_.assign(
+            chosen_k=runs_.method.map({"feature head": best["head"], "feature head + FR-Spec": best["head+FR"]}), **meta
+        ),
+        "head_outputs": toks.assign(**meta),
+    }
+
 
 if HEAD:
     hsaved = study.step("head", head_runs, uses=QUESTION_SET + ["HEAD", "HEAD_KS", "FR_VOCAB", "THREADS"])
     hruns = hsaved["head_runs"]
     head_table = spec_bench.task_table(hruns, tasks)
     table = pd.concat([table, head_table], ignore_index=True)
-    hpilot = bench.speedup_table(hsaved["head_pilot"])[["method", "speedup", "lo", "hi", "total_ratio", "tokens_per_call"]]
+    hpilot = bench.speedup_table(hsaved["head_pilot"])[
+        ["method", "speedup", "lo", "hi", "total_ratio", "tokens_per_call"]
+    ]
     display(Markdown("Pilot turns (the draft length k with the highest pooled ratio is kept):"))
     display(hpilot.round(3))
-    head_cost = pd.DataFrame([dict(method=m, chosen_k=int(hruns[hruns.method == m].chosen_k.iloc[0]),
-                                   **bench.loop_costs(hruns, m)) for m in hruns.method.unique() if m != "AR"])
+    head_cost = pd.DataFrame(
+        [
+            dict(method=m, chosen_k=int(hruns[hruns.method == m].chosen_k.iloc[0]), **bench.loop_costs(hruns, m))
+            for m in hruns.method.unique()
+            if m != "AR"
+        ]
+    )
     results.save(head_cost.assign(**meta), f"{NB}/head_cost")
     display(head_cost.round(3))
     outputs = pd.concat([outputs, hsaved["head_outputs"][hsaved["head_outputs"].method != "AR"]], ignore_index=True)
@@ -352,9 +446,10 @@ if HEAD:
 # The reported turns then run paired with AR twice: with the matrix carried over from turn to turn
 # (starting from the pilot's, as the paper does) and reset at every turn (a cold start).
 
+
 # %%
 def recycling_runs():
-    warm = TokenRecycling(RECYCLING_TOP_K, max(RECYCLING_NODES))       # the default template fills the matrix
+    warm = TokenRecycling(RECYCLING_TOP_K, max(RECYCLING_NODES))  # the default template fills the matrix
     for ids, *_ in pilot_turns:
         generate(target, ids, MAX_NEW_TOKENS, drafter=warm, sampling=GREEDY)
     rank_accept = warm.fitted_rank_accept()
@@ -362,48 +457,70 @@ def recycling_runs():
     for n in RECYCLING_NODES:
         parents, ranks = recycling_template(n, rank_accept)
         acc = expected_accepted(parents, ranks, rank_accept)
-        choice.append(dict(nodes=n, depth=max(speclib.Tree([0] * n, parents).depths()) + 1, expected_accepted=acc,
-                           predicted_speedup=(1 + acc) * t1 / passes[n + 1]))
+        choice.append(
+            dict(
+                nodes=n,
+                depth=max(speclib.Tree([0] * n, parents).depths()) + 1,
+                expected_accepted=acc,
+                predicted_speedup=(1 + acc) * t1 / passes[n + 1],
+            )
+        )
     choice = pd.DataFrame(choice)
     nodes = int(choice.nodes[choice.predicted_speedup.idxmax()])
 
     def drafter(shared):
         d = TokenRecycling(RECYCLING_TOP_K, nodes, rank_accept, shared=shared)
         d.check_compatible(target)
-        d.matrix[:] = warm.matrix              # the pilot's matrix (the cold drafter empties it at each turn)
+        d.matrix[:] = warm.matrix  # the pilot's matrix (the cold drafter empties it at each turn)
         return d
 
     hot, cold = drafter(True), drafter(False)
-    methods = {"AR": lambda ids, i: generate(target, ids, MAX_NEW_TOKENS, sampling=GREEDY),
-               "token recycling": lambda ids, i: generate(target, ids, MAX_NEW_TOKENS, drafter=hot, sampling=GREEDY),
-               "token recycling (cold)": lambda ids, i: generate(target, ids, MAX_NEW_TOKENS, drafter=cold, sampling=GREEDY)}
-    for run in methods.values():               # warm-up on a pilot turn: the hot matrix must not see a reported one first
+    methods = {
+        "AR": lambda ids, i: generate(target, ids, MAX_NEW_TOKENS, sampling=GREEDY),
+        "token recycling": lambda ids, i: generate(target, ids, MAX_NEW_TOKENS, drafter=hot, sampling=GREEDY),
+        "token recycling (cold)": lambda ids, i: generate(target, ids, MAX_NEW_TOKENS, drafter=cold, sampling=GREEDY),
+    }
+    for run in methods.values():  # warm-up on a pilot turn: the hot matrix must not see a reported one first
         run(pilot_turns[0][0], 0)
     outputs_ = {}
-    runs_ = bench.paired_runs([t[0] for t in reported_turns], {m: recorded(m, f, outputs_) for m, f in methods.items()},
-                              warmup=False)
+    runs_ = bench.paired_runs(
+        [t[0] for t in reported_turns], {m: recorded(m, f, outputs_) for m, f in methods.items()}, warmup=False
+    )
     toks = pd.DataFrame([dict(prompt=i, method=m, tokens=list(map(int, t))) for (i, m), t in outputs_.items()])
     ranks = pd.DataFrame(dict(rank=range(RECYCLING_TOP_K + 1), share=warm.rank_counts / warm.rank_counts.sum()))
-    return {"recycling_choice": choice.assign(chosen=choice.nodes == nodes, **meta),
-            "recycling_ranks": ranks.assign(**meta), "recycling_runs": runs_.assign(nodes=nodes, **meta),
-            "recycling_outputs": toks.assign(**meta)}
+    return {
+        "recycling_choice": choice.assign(chosen=choice.nodes == nodes, **meta),
+        "recycling_ranks": ranks.assign(**meta),
+        "recycling_runs": runs_.assign(nodes=nodes, **meta),
+        "recycling_outputs": toks.assign(**meta),
+    }
 
-rsaved = study.step("recycling", recycling_runs, uses=QUESTION_SET + ["RECYCLING_NODES", "RECYCLING_TOP_K", "LATENCY_REPEATS", "THREADS"])
+
+rsaved = study.step(
+    "recycling",
+    recycling_runs,
+    uses=QUESTION_SET + ["RECYCLING_NODES", "RECYCLING_TOP_K", "LATENCY_REPEATS", "THREADS"],
+)
 rruns, rchoice = rsaved["recycling_runs"], rsaved["recycling_choice"]
 table = pd.concat([table, spec_bench.task_table(rruns, tasks)], ignore_index=True)
-outputs = pd.concat([outputs, rsaved["recycling_outputs"][rsaved["recycling_outputs"].method != "AR"]], ignore_index=True)
+outputs = pd.concat(
+    [outputs, rsaved["recycling_outputs"][rsaved["recycling_outputs"].method != "AR"]], ignore_index=True
+)
 display(rchoice.drop(columns=list(meta)).round(3))
 rank_share = rsaved["recycling_ranks"].share.to_numpy()
 r_over = bench.speedup(rruns, "token recycling")
 chosen = rchoice[rchoice.chosen].iloc[0]
 tps = spec_bench.task_table(rruns, tasks).set_index(["task", "method"]).tokens_per_step
-display(Markdown(
-    f"After the warm-up the target's next token was a token's first candidate {rank_share[0]:.0%} of the time, its "
-    f"second {rank_share[1]:.0%}, one of the other {RECYCLING_TOP_K - 2} {rank_share[2:-1].sum():.0%}, and not among them "
-    f"{rank_share[-1]:.0%}. The cost model chose **{int(chosen.nodes)} nodes** (predicted {chosen.predicted_speedup:.2f}x). "
-    f"Measured on the reported turns: {r_over['speedup']:.2f}x over AR (95% CI {r_over['lo']:.2f}-{r_over['hi']:.2f}), "
-    f"{tps['overall', 'token recycling']:.2f} tokens per step with the matrix carried over and "
-    f"{tps['overall', 'token recycling (cold)']:.2f} from a cold start (the leaderboard: 2.73 on Vicuna-7B)."))
+display(
+    Markdown(
+        f"After the warm-up the target's next token was a token's first candidate {rank_share[0]:.0%} of the time, its "
+        f"second {rank_share[1]:.0%}, one of the other {RECYCLING_TOP_K - 2} {rank_share[2:-1].sum():.0%}, and not among them "
+        f"{rank_share[-1]:.0%}. The cost model chose **{int(chosen.nodes)} nodes** (predicted {chosen.predicted_speedup:.2f}x). "
+        f"Measured on the reported turns: {r_over['speedup']:.2f}x over AR (95% CI {r_over['lo']:.2f}-{r_over['hi']:.2f}), "
+        f"{tps['overall', 'token recycling']:.2f} tokens per step with the matrix carried over and "
+        f"{tps['overall', 'token recycling (cold)']:.2f} from a cold start (the leaderboard: 2.73 on Vicuna-7B)."
+    )
+)
 
 # %% [markdown]
 # ### Retrieval from a datastore: REST
@@ -418,6 +535,7 @@ display(Markdown(
 # %%
 _stores = {}
 
+
 def rest_store():
     """The datastore and the seconds its suffix array took, built once per run (two steps use it)."""
     key = (TARGET, REST_SOURCE, REST_ANSWERS)
@@ -425,33 +543,65 @@ def rest_store():
         _stores[key] = datastore.build(TARGET, REST_SOURCE, n=REST_ANSWERS)
     return _stores[key]
 
+
 def rest_runs():
     store, build_s = rest_store()
     ar = lambda ids, i: generate(target, ids, MAX_NEW_TOKENS, sampling=GREEDY)
+
     def method(nodes):
-        return lambda ids, i: generate(target, ids, MAX_NEW_TOKENS, drafter=rest.RestDrafter(store, nodes=nodes), sampling=GREEDY)
-    pilot_ = bench.paired_runs([t[0] for t in pilot_turns], {"AR": ar} | {f"REST nodes={n}": method(n) for n in REST_NODES})
+        return lambda ids, i: generate(
+            target, ids, MAX_NEW_TOKENS, drafter=rest.RestDrafter(store, nodes=nodes), sampling=GREEDY
+        )
+
+    pilot_ = bench.paired_runs(
+        [t[0] for t in pilot_turns], {"AR": ar} | {f"REST nodes={n}": method(n) for n in REST_NODES}
+    )
     nodes = max(REST_NODES, key=lambda n: bench.speedup(pilot_, f"REST nodes={n}")["total_ratio"])
     outputs_ = {}
-    runs_ = bench.paired_runs([t[0] for t in reported_turns], {m: recorded(m, f, outputs_) for m, f in {"AR": ar, "REST": method(nodes)}.items()})
+    runs_ = bench.paired_runs(
+        [t[0] for t in reported_turns],
+        {m: recorded(m, f, outputs_) for m, f in {"AR": ar, "REST": method(nodes)}.items()},
+    )
     toks = pd.DataFrame([dict(prompt=i, method=m, tokens=list(map(int, t))) for (i, m), t in outputs_.items()])
-    info = pd.DataFrame([dict(source=REST_SOURCE, instructions=REST_ANSWERS, tokens=len(store), megabytes=store.nbytes / 2**20,
-                              suffix_array_s=build_s, nodes=nodes)])
-    return {"rest_pilot": pilot_.assign(**meta), "rest_runs": runs_.assign(nodes=nodes, **meta),
-            "rest_outputs": toks.assign(**meta), "rest_store": info.assign(**meta)}
+    info = pd.DataFrame(
+        [
+            dict(
+                source=REST_SOURCE,
+                instructions=REST_ANSWERS,
+                tokens=len(store),
+                megabytes=store.nbytes / 2**20,
+                suffix_array_s=build_s,
+                nodes=nodes,
+            )
+        ]
+    )
+    return {
+        "rest_pilot": pilot_.assign(**meta),
+        "rest_runs": runs_.assign(nodes=nodes, **meta),
+        "rest_outputs": toks.assign(**meta),
+        "rest_store": info.assign(**meta),
+    }
+
 
 ssaved = study.step("rest", rest_runs, uses=QUESTION_SET + ["REST_SOURCE", "REST_ANSWERS", "REST_NODES", "THREADS"])
 table = pd.concat([table, spec_bench.task_table(ssaved["rest_runs"], tasks)], ignore_index=True)
 outputs = pd.concat([outputs, ssaved["rest_outputs"][ssaved["rest_outputs"].method != "AR"]], ignore_index=True)
-display(bench.speedup_table(ssaved["rest_pilot"])[["method", "speedup", "lo", "hi", "total_ratio", "tokens_per_call"]].round(3))
+display(
+    bench.speedup_table(ssaved["rest_pilot"])[
+        ["method", "speedup", "lo", "hi", "total_ratio", "tokens_per_call"]
+    ].round(3)
+)
 store_info = ssaved["rest_store"].iloc[0]
 r_rest = bench.speedup(ssaved["rest_runs"], "REST")
-display(Markdown(
-    f"The datastore: {int(store_info.tokens):,} tokens ({store_info.megabytes:.1f} MB with its suffix array, sorted in "
-    f"{store_info.suffix_array_s:.2f} s). Chosen on the pilot turns: {int(store_info.nodes)} nodes. On the reported turns "
-    f"REST runs at {r_rest['speedup']:.2f}x AR (95% CI {r_rest['lo']:.2f}-{r_rest['hi']:.2f}), "
-    f"{spec_bench.task_table(ssaved['rest_runs'], tasks).set_index(['task', 'method']).tokens_per_step['overall', 'REST']:.2f} "
-    f"tokens per step (the leaderboard: 1.63 on Vicuna-7B with a 12 GB datastore of chat text)."))
+display(
+    Markdown(
+        f"The datastore: {int(store_info.tokens):,} tokens ({store_info.megabytes:.1f} MB with its suffix array, sorted in "
+        f"{store_info.suffix_array_s:.2f} s). Chosen on the pilot turns: {int(store_info.nodes)} nodes. On the reported turns "
+        f"REST runs at {r_rest['speedup']:.2f}x AR (95% CI {r_rest['lo']:.2f}-{r_rest['hi']:.2f}), "
+        f"{spec_bench.task_table(ssaved['rest_runs'], tasks).set_index(['task', 'method']).tokens_per_step['overall', 'REST']:.2f} "
+        f"tokens per step (the leaderboard: 1.63 on Vicuna-7B with a 12 GB datastore of chat text)."
+    )
+)
 
 # %% [markdown]
 # ### Jacobi guesses, and choosing among every source: Lookahead and HVD
@@ -469,6 +619,7 @@ display(Markdown(
 # Both run paired with AR on the reported turns, beside prompt lookup and the suffix tree (the best
 # single sources of this benchmark; Token Recycling and REST ran below AR above).
 
+
 # %%
 def every_source_runs():
     store, _ = rest_store()
@@ -484,10 +635,21 @@ def every_source_runs():
 
     rows = []
     for W, N, G in LOOKAHEAD_GRID:
-        gens = [generate(target, ids, MAX_NEW_TOKENS, drafter=Lookahead(W, N, G), sampling=GREEDY) for ids, *_ in pilot_turns]
+        gens = [
+            generate(target, ids, MAX_NEW_TOKENS, drafter=Lookahead(W, N, G), sampling=GREEDY)
+            for ids, *_ in pilot_turns
+        ]
         nodes = float(np.mean([s["drafted"] for g in gens for s in g.stats.steps]))
-        rows.append(dict(window=W, ngram=N, guesses=G, tokens_per_call=tokens_per_call(gens), mean_nodes=nodes,
-                         predicted_speedup=tokens_per_call(gens) * t_of(1) / t_of(nodes + 1)))
+        rows.append(
+            dict(
+                window=W,
+                ngram=N,
+                guesses=G,
+                tokens_per_call=tokens_per_call(gens),
+                mean_nodes=nodes,
+                predicted_speedup=tokens_per_call(gens) * t_of(1) / t_of(nodes + 1),
+            )
+        )
     la = pd.DataFrame(rows)
     best = la.loc[la.predicted_speedup.idxmax()]
     la_setting = (int(best.window), int(best.ngram), int(best.guesses))
@@ -501,8 +663,12 @@ def every_source_runs():
         tr = TokenRecycling(RECYCLING_TOP_K, tr_nodes, rank_accept)
         tr.check_compatible(target)
         tr.matrix[:] = warm.matrix
-        made = {"prompt lookup": PromptLookupDrafter(n_look, k_look), "suffix": SuffixDrafter(max_spec=best_suffix),
-                "token recycling": tr, "REST": rest.RestDrafter(store, nodes=rest_nodes)}
+        made = {
+            "prompt lookup": PromptLookupDrafter(n_look, k_look),
+            "suffix": SuffixDrafter(max_spec=best_suffix),
+            "token recycling": tr,
+            "REST": rest.RestDrafter(store, nodes=rest_nodes),
+        }
         return [made[first]] + [d for name, d in made.items() if name != first]
 
     hvd_costs = Costs({n: t_of(n) for n in range(1, int(passes.index.max()) + 1)}, model_token_s=0.0)
@@ -520,29 +686,64 @@ def every_source_runs():
     def run_hvd(ids, i):
         g = generate(target, ids, MAX_NEW_TOKENS, drafter=hvd, sampling=GREEDY)
         pred = predictor.predict(np.stack([[s[f] for f in FEATURES] for s in hvd.log]))
-        chosen.extend(dict(prompt=i, source=s["cache_source"] if s["source"] == "cache" else "plain step", drafted=s["drafted"],
-                           accepted=s["accepted"], predicted=p if s["source"] == "cache" else np.nan) for s, p in zip(hvd.log, pred))
+        chosen.extend(
+            dict(
+                prompt=i,
+                source=s["cache_source"] if s["source"] == "cache" else "plain step",
+                drafted=s["drafted"],
+                accepted=s["accepted"],
+                predicted=p if s["source"] == "cache" else np.nan,
+            )
+            for s, p in zip(hvd.log, pred)
+        )
         return g
 
     look = Lookahead(*la_setting)
-    methods = {"AR": lambda ids, i: generate(target, ids, MAX_NEW_TOKENS, sampling=GREEDY),
-               "prompt lookup": lambda ids, i: generate(target, ids, MAX_NEW_TOKENS, drafter=PromptLookupDrafter(n_look, k_look), sampling=GREEDY),
-               "suffix": lambda ids, i: generate(target, ids, MAX_NEW_TOKENS, drafter=SuffixDrafter(max_spec=best_suffix), sampling=GREEDY),
-               "lookahead": lambda ids, i: generate(target, ids, MAX_NEW_TOKENS, drafter=look, sampling=GREEDY),
-               "HVD (every source)": run_hvd}
-    for run in methods.values():               # warm-up on a pilot turn
+    methods = {
+        "AR": lambda ids, i: generate(target, ids, MAX_NEW_TOKENS, sampling=GREEDY),
+        "prompt lookup": lambda ids, i: generate(
+            target, ids, MAX_NEW_TOKENS, drafter=PromptLookupDrafter(n_look, k_look), sampling=GREEDY
+        ),
+        "suffix": lambda ids, i: generate(
+            target, ids, MAX_NEW_TOKENS, drafter=SuffixDrafter(max_spec=best_suffix), sampling=GREEDY
+        ),
+        "lookahead": lambda ids, i: generate(target, ids, MAX_NEW_TOKENS, drafter=look, sampling=GREEDY),
+        "HVD (every source)": run_hvd,
+    }
+    for run in methods.values():  # warm-up on a pilot turn
         run(pilot_turns[0][0], -1)
     chosen.clear()
     outputs_ = {}
-    runs_ = bench.paired_runs([t[0] for t in reported_turns], {m: recorded(m, f, outputs_) for m, f in methods.items()},
-                              warmup=False)
+    runs_ = bench.paired_runs(
+        [t[0] for t in reported_turns], {m: recorded(m, f, outputs_) for m, f in methods.items()}, warmup=False
+    )
     toks = pd.DataFrame([dict(prompt=i, method=m, tokens=list(map(int, t))) for (i, m), t in outputs_.items()])
-    return {"es_lookahead": la.assign(chosen=la.index == best.name, **meta), "es_logs": logs.assign(**meta),
-            "es_runs": runs_.assign(**meta), "es_outputs": toks.assign(**meta), "es_choice": pd.DataFrame(chosen).assign(**meta)}
+    return {
+        "es_lookahead": la.assign(chosen=la.index == best.name, **meta),
+        "es_logs": logs.assign(**meta),
+        "es_runs": runs_.assign(**meta),
+        "es_outputs": toks.assign(**meta),
+        "es_choice": pd.DataFrame(chosen).assign(**meta),
+    }
 
-esaved = study.step("every_source", every_source_runs,
-                    uses=QUESTION_SET + ["LOOKUP_GRID", "SUFFIX_GRID", "RECYCLING_NODES", "RECYCLING_TOP_K", "REST_SOURCE",
-                                         "REST_ANSWERS", "REST_NODES", "LOOKAHEAD_GRID", "LATENCY_REPEATS", "THREADS"])
+
+esaved = study.step(
+    "every_source",
+    every_source_runs,
+    uses=QUESTION_SET
+    + [
+        "LOOKUP_GRID",
+        "SUFFIX_GRID",
+        "RECYCLING_NODES",
+        "RECYCLING_TOP_K",
+        "REST_SOURCE",
+        "REST_ANSWERS",
+        "REST_NODES",
+        "LOOKAHEAD_GRID",
+        "LATENCY_REPEATS",
+        "THREADS",
+    ],
+)
 es_runs, es_choice, es_la = esaved["es_runs"], esaved["es_choice"], esaved["es_lookahead"]
 new_rows = spec_bench.task_table(es_runs, tasks)
 table = pd.concat([table, new_rows[new_rows.method.isin(["lookahead", "HVD (every source)"])]], ignore_index=True)
@@ -551,32 +752,53 @@ outputs = pd.concat([outputs, es_out[es_out.method.isin(["lookahead", "HVD (ever
 display(es_la.drop(columns=list(meta)).round(3))
 es_speed = bench.speedup_table(es_runs, seed=SEED).set_index("method")
 best_single = es_speed.loc[["prompt lookup", "suffix", "lookahead"]].speedup.idxmax()
-es_over = pd.DataFrame([dict(reference=m, **bench.speedup(es_runs, "HVD (every source)", reference=m, seed=SEED))
-                        for m in ["prompt lookup", "suffix", "lookahead"]]).set_index("reference")
+es_over = pd.DataFrame(
+    [
+        dict(reference=m, **bench.speedup(es_runs, "HVD (every source)", reference=m, seed=SEED))
+        for m in ["prompt lookup", "suffix", "lookahead"]
+    ]
+).set_index("reference")
 results.save(es_over.reset_index().assign(**meta), f"{NB}/every_source_over")
 display(es_speed[["speedup", "lo", "hi", "total_ratio", "tokens_per_call", "identical", "runs"]].round(3))
 share = es_choice.groupby("source").size() / len(es_choice)
 cal = es_choice.dropna(subset=["predicted"]).groupby("source")[["predicted", "accepted"]].mean()
-overpromise = cal.predicted - cal.accepted         # tokens per verified step the predictor over-promised
+overpromise = cal.predicted - cal.accepted  # tokens per verified step the predictor over-promised
 la_best, h = es_la[es_la.chosen].iloc[0], es_over.loc[best_single]
 never = [s for s in ["prompt_lookup", "suffix", "recycling", "rest"] if s not in share.index]
-display(Markdown(
-    f"Lookahead, chosen on the pilot turns: W = {int(la_best.window)}, N = {int(la_best.ngram)}, G = {int(la_best.guesses)} "
-    f"({la_best.mean_nodes:.1f} nodes, {la_best.tokens_per_call:.2f} tokens per call, predicted {la_best.predicted_speedup:.2f}x); "
-    f"on the reported turns {es_speed.speedup['lookahead']:.2f}x AR (CI {es_speed.lo['lookahead']:.2f}–{es_speed.hi['lookahead']:.2f}), "
-    f"{es_speed.tokens_per_call['lookahead']:.2f} tokens per call (the leaderboard: 1.64 tokens per step, 1.13x on Vicuna-7B). "
-    f"HVD over every source runs at {es_speed.speedup['HVD (every source)']:.2f}x AR "
-    f"(CI {es_speed.lo['HVD (every source)']:.2f}–{es_speed.hi['HVD (every source)']:.2f}); paired per turn it runs at "
-    f"**{h.speedup:.2f}x** the best single source of this step, {best_single} (CI {h.lo:.2f}–{h.hi:.2f}): "
-    + ("the 1.15x goal is met. " if h.lo > 1.15 else "above 1.15x at the median, not over its whole interval. "
-       if h.speedup >= 1.15 else "the 1.15x goal is not met. ")
-    + "It verified " + ", ".join(f"{s} {v:.0%}" for s, v in share.sort_values(ascending=False).items()) + " of its steps"
-    + (f" and never picked {', '.join(never)}" if never else "") + ". Predicted against accepted tokens when it verified "
-    "each source: " + "; ".join(f"{s} {r.predicted:.2f} vs {r.accepted:.2f}" for s, r in cal.iterrows()) + "."
-    + (f" The predictor was fitted on {len(esaved['es_logs']):,} logged candidates; it over-promised most on "
-       f"{overpromise.idxmax()} ({overpromise.max():+.2f} tokens per verified step, {share.get(overpromise.idxmax(), 0):.0%} of "
-       "the steps): those steps were chosen on payoffs they did not deliver, so at some of them a plain step or another "
-       "source would have been the better choice." if len(overpromise) else " It verified no cache candidate: every step was a plain one.")))
+display(
+    Markdown(
+        f"Lookahead, chosen on the pilot turns: W = {int(la_best.window)}, N = {int(la_best.ngram)}, G = {int(la_best.guesses)} "
+        f"({la_best.mean_nodes:.1f} nodes, {la_best.tokens_per_call:.2f} tokens per call, predicted {la_best.predicted_speedup:.2f}x); "
+        f"on the reported turns {es_speed.speedup['lookahead']:.2f}x AR (CI {es_speed.lo['lookahead']:.2f}–{es_speed.hi['lookahead']:.2f}), "
+        f"{es_speed.tokens_per_call['lookahead']:.2f} tokens per call (the leaderboard: 1.64 tokens per step, 1.13x on Vicuna-7B). "
+        f"HVD over every source runs at {es_speed.speedup['HVD (every source)']:.2f}x AR "
+        f"(CI {es_speed.lo['HVD (every source)']:.2f}–{es_speed.hi['HVD (every source)']:.2f}); paired per turn it runs at "
+        f"**{h.speedup:.2f}x** the best single source of this step, {best_single} (CI {h.lo:.2f}–{h.hi:.2f}): "
+        + (
+            "the 1.15x goal is met. "
+            if h.lo > 1.15
+            else "above 1.15x at the median, not over its whole interval. "
+            if h.speedup >= 1.15
+            else "the 1.15x goal is not met. "
+        )
+        + "It verified "
+        + ", ".join(f"{s} {v:.0%}" for s, v in share.sort_values(ascending=False).items())
+        + " of its steps"
+        + (f" and never picked {', '.join(never)}" if never else "")
+        + ". Predicted against accepted tokens when it verified "
+        "each source: "
+        + "; ".join(f"{s} {r.predicted:.2f} vs {r.accepted:.2f}" for s, r in cal.iterrows())
+        + "."
+        + (
+            f" The predictor was fitted on {len(esaved['es_logs']):,} logged candidates; it over-promised most on "
+            f"{overpromise.idxmax()} ({overpromise.max():+.2f} tokens per verified step, {share.get(overpromise.idxmax(), 0):.0%} of "
+            "the steps): those steps were chosen on payoffs they did not deliver, so at some of them a plain step or another "
+            "source would have been the better choice."
+            if len(overpromise)
+            else " It verified no cache candidate: every step was a plain one."
+        )
+    )
+)
 
 results.save(table.assign(**meta), f"{NB}/task_table")
 order = [*dict.fromkeys(tasks.values()), "overall"]
@@ -587,9 +809,22 @@ overall = table[table.task == "overall"].set_index("method")
 display(overall[["speedup", "lo", "hi", "spec_bench_ratio", "tokens_per_step", "identical", "runs"]].round(3))
 
 fig, ax = plt.subplots(figsize=(8, 3.6))
-mine = ["prompt lookup", "suffix", "transformers prompt lookup"] + (["llama.cpp prompt lookup"] if gguf else []) \
-    + [m for m in ("feature head", "feature head + FR-Spec", "token recycling", "REST", "lookahead", "HVD (every source)")
-       if m in set(table.method)]
+mine = (
+    ["prompt lookup", "suffix", "transformers prompt lookup"]
+    + (["llama.cpp prompt lookup"] if gguf else [])
+    + [
+        m
+        for m in (
+            "feature head",
+            "feature head + FR-Spec",
+            "token recycling",
+            "REST",
+            "lookahead",
+            "HVD (every source)",
+        )
+        if m in set(table.method)
+    ]
+)
 width = 0.8 / len(mine)
 for j, m in enumerate(mine):
     sub = table[table.method == m].set_index("task").reindex(order)
@@ -598,9 +833,12 @@ for j, m in enumerate(mine):
     ax.errorbar(x, sub.speedup, yerr=[sub.speedup - sub.lo, sub.hi - sub.speedup], fmt="none", ecolor="k", lw=0.7)
 ax.axhline(1, color="grey", lw=0.8, ls=":")
 ax.set_xticks(range(len(order)), order, rotation=20)
-ax.set(ylabel="speedup over speclib AR", title=f"{TARGET} on Spec-Bench ({len(reported_turns)} turns, greedy, 1 thread)")
+ax.set(
+    ylabel="speedup over speclib AR", title=f"{TARGET} on Spec-Bench ({len(reported_turns)} turns, greedy, 1 thread)"
+)
 ax.legend(fontsize=8, ncols=2)
-savefig(fig, f"{NB}_tasks"); plt.show()
+savefig(fig, f"{NB}_tasks")
+plt.show()
 
 # %% [markdown]
 # **Lossless, checked.** Every speclib method's greedy output must equal speclib AR's on every turn;
@@ -613,6 +851,7 @@ savefig(fig, f"{NB}_tasks"); plt.show()
 # %%
 tok = outputs.pivot(index="prompt", columns="method", values="tokens")
 
+
 def common_prefix(a, b):
     n = 0
     for x, y in zip(a, b):
@@ -621,25 +860,45 @@ def common_prefix(a, b):
         n += 1
     return n
 
+
 identity = []
 for m in tok.columns:
     ref = "llama.cpp AR" if m == "llama.cpp prompt lookup" else "AR"
     same = [list(tok.loc[i, m]) == list(tok.loc[i, ref]) for i in tok.index]
     prefix = [common_prefix(tok.loc[i, m], tok.loc[i, ref]) / max(1, len(tok.loc[i, ref])) for i in tok.index]
-    identity.append(dict(method=m, reference=ref, identical=int(sum(same)), turns=len(same),
-                         mean_common_prefix=float(np.mean(prefix))))
+    identity.append(
+        dict(
+            method=m,
+            reference=ref,
+            identical=int(sum(same)),
+            turns=len(same),
+            mean_common_prefix=float(np.mean(prefix)),
+        )
+    )
 identity = pd.DataFrame(identity)
 results.save(identity.assign(**meta), f"{NB}/identity")
 display(identity.round(3))
-speclib_methods = ["prompt lookup", "suffix", "token recycling", "token recycling (cold)", "REST", "lookahead",
-                   "HVD (every source)"] + [m for m in ("feature head", "feature head + FR-Spec") if m in tok.columns]
-assert all(identity.set_index("method").identical[m] == len(tok) for m in speclib_methods), "a speclib method changed the greedy output"
+speclib_methods = [
+    "prompt lookup",
+    "suffix",
+    "token recycling",
+    "token recycling (cold)",
+    "REST",
+    "lookahead",
+    "HVD (every source)",
+] + [m for m in ("feature head", "feature head + FR-Spec") if m in tok.columns]
+assert all(identity.set_index("method").identical[m] == len(tok) for m in speclib_methods), (
+    "a speclib method changed the greedy output"
+)
 cpp_row = identity.set_index("method").loc["llama.cpp AR"] if "llama.cpp AR" in tok.columns else None
 if cpp_row is not None:
-    display(Markdown(
-        f"llama.cpp's greedy output on the Q4_1 file equals the dequantized float32 model's on "
-        f"{cpp_row.identical} of {cpp_row.turns} turns; on average the two agree on the first "
-        f"{cpp_row.mean_common_prefix:.0%} of the float32 answer before they part."))
+    display(
+        Markdown(
+            f"llama.cpp's greedy output on the Q4_1 file equals the dequantized float32 model's on "
+            f"{cpp_row.identical} of {cpp_row.turns} turns; on average the two agree on the first "
+            f"{cpp_row.mean_common_prefix:.0%} of the float32 answer before they part."
+        )
+    )
 
 # %% [markdown]
 # ## 5 · Three implementations of one method
@@ -650,25 +909,44 @@ if cpp_row is not None:
 # %%
 speed = runs.groupby("method").tokens_per_s.median()
 impl = []
-for name, ar, pld in [("speclib", "AR", "prompt lookup"), ("transformers", "transformers AR", "transformers prompt lookup"),
-                      ("llama.cpp", "llama.cpp AR", "llama.cpp prompt lookup")]:
+for name, ar, pld in [
+    ("speclib", "AR", "prompt lookup"),
+    ("transformers", "transformers AR", "transformers prompt lookup"),
+    ("llama.cpp", "llama.cpp AR", "llama.cpp prompt lookup"),
+]:
     if pld not in set(runs.method):
         continue
     own = bench.speedup(runs, pld, ar)
-    impl.append(dict(implementation=name, ar_tokens_per_s=speed[ar], lookup_tokens_per_s=speed[pld],
-                     lookup_over_own_ar=own["speedup"], lo=own["lo"], hi=own["hi"],
-                     lookup_over_speclib_ar=overall.speedup[pld] if pld in overall.index else 1.0))
+    impl.append(
+        dict(
+            implementation=name,
+            ar_tokens_per_s=speed[ar],
+            lookup_tokens_per_s=speed[pld],
+            lookup_over_own_ar=own["speedup"],
+            lo=own["lo"],
+            hi=own["hi"],
+            lookup_over_speclib_ar=overall.speedup[pld] if pld in overall.index else 1.0,
+        )
+    )
 impl = pd.DataFrame(impl)
 results.save(impl.assign(**meta), f"{NB}/implementations")
 display(impl.round(3))
 sp = impl.set_index("implementation")
 fastest = sp.lookup_tokens_per_s.idxmax()
-display(Markdown(
-    f"Median tokens per second with prompt lookup: " + ", ".join(f"{i} {r.lookup_tokens_per_s:.1f}" for i, r in sp.iterrows())
-    + f". The fastest here is **{fastest}**. speclib's prompt lookup runs at "
-    f"{sp.lookup_tokens_per_s['speclib'] / sp.lookup_tokens_per_s['transformers']:.2f}x transformers' "
-    + (f"and {sp.lookup_tokens_per_s['speclib'] / sp.lookup_tokens_per_s['llama.cpp']:.2f}x llama.cpp's " if "llama.cpp" in sp.index else "")
-    + "(ratios of median tokens per second over the same turns)."))
+display(
+    Markdown(
+        "Median tokens per second with prompt lookup: "
+        + ", ".join(f"{i} {r.lookup_tokens_per_s:.1f}" for i, r in sp.iterrows())
+        + f". The fastest here is **{fastest}**. speclib's prompt lookup runs at "
+        f"{sp.lookup_tokens_per_s['speclib'] / sp.lookup_tokens_per_s['transformers']:.2f}x transformers' "
+        + (
+            f"and {sp.lookup_tokens_per_s['speclib'] / sp.lookup_tokens_per_s['llama.cpp']:.2f}x llama.cpp's "
+            if "llama.cpp" in sp.index
+            else ""
+        )
+        + "(ratios of median tokens per second over the same turns)."
+    )
+)
 
 # %% [markdown]
 # ## 6 · The per-task profile beside Spec-Bench's leaderboard
@@ -684,25 +962,37 @@ board = spec_bench.leaderboard().set_index("method")
 speed_of = table.pivot(index="task", columns="method", values="speedup")
 steps_of = table.pivot(index="task", columns="method", values="tokens_per_step")
 pairs = [("prompt lookup", "PLD"), ("token recycling", "Recycling"), ("REST", "REST"), ("lookahead", "Lookahead")]
-prof = pd.DataFrame({**{f"here ({m})": speed_of[m].reindex(spec_bench.TASKS) for m, _ in pairs},
-                     **{f"leaderboard {b}": board.loc[b, list(spec_bench.TASKS)].astype(float) for _, b in pairs},
-                     "leaderboard SpS": board.loc["SpS", list(spec_bench.TASKS)].astype(float)}).dropna()
+prof = pd.DataFrame(
+    {
+        **{f"here ({m})": speed_of[m].reindex(spec_bench.TASKS) for m, _ in pairs},
+        **{f"leaderboard {b}": board.loc[b, list(spec_bench.TASKS)].astype(float) for _, b in pairs},
+        "leaderboard SpS": board.loc["SpS", list(spec_bench.TASKS)].astype(float),
+    }
+).dropna()
 results.save(prof.reset_index(names="task").assign(**meta), f"{NB}/profile")
 display(prof.round(2))
 if len(prof) >= 3:
     lines = []
     for m, b in pairs:
         rho = spearmanr(prof[f"here ({m})"], prof[f"leaderboard {b}"]).statistic
-        lines.append(f"**{m}**: Spearman {rho:.2f} over {len(prof)} tasks; gains most on {prof[f'here ({m})'].idxmax()} here, "
-                     f"{prof[f'leaderboard {b}'].idxmax()} on the leaderboard; {overall.tokens_per_step[m]:.2f} tokens per step here, "
-                     f"{board.loc[b, 'tokens_per_step']:.2f} there.")
+        lines.append(
+            f"**{m}**: Spearman {rho:.2f} over {len(prof)} tasks; gains most on {prof[f'here ({m})'].idxmax()} here, "
+            f"{prof[f'leaderboard {b}'].idxmax()} on the leaderboard; {overall.tokens_per_step[m]:.2f} tokens per step here, "
+            f"{board.loc[b, 'tokens_per_step']:.2f} there."
+        )
     uncopied = [t for t in ("translation", "qa", "math_reasoning") if t in speed_of.index]
     wins = [t for t in uncopied if speed_of.loc[t, "token recycling"] > speed_of.loc[t, "prompt lookup"]]
-    lines.append(f"Where the answer copies little from the prompt ({', '.join(uncopied)}), Token Recycling's median speedup "
-                 f"over AR is above prompt lookup's on {len(wins)} of {len(uncopied)} tasks (each measured against its own "
-                 f"step's AR runs; the intervals are in `task_table`)" + (f" ({', '.join(wins)})" if wins else "")
-                 + "; tokens per step there: " + ", ".join(
-                     f"{t} {steps_of.loc[t, 'token recycling']:.2f} vs {steps_of.loc[t, 'prompt lookup']:.2f}" for t in uncopied) + ".")
+    lines.append(
+        f"Where the answer copies little from the prompt ({', '.join(uncopied)}), Token Recycling's median speedup "
+        f"over AR is above prompt lookup's on {len(wins)} of {len(uncopied)} tasks (each measured against its own "
+        f"step's AR runs; the intervals are in `task_table`)"
+        + (f" ({', '.join(wins)})" if wins else "")
+        + "; tokens per step there: "
+        + ", ".join(
+            f"{t} {steps_of.loc[t, 'token recycling']:.2f} vs {steps_of.loc[t, 'prompt lookup']:.2f}" for t in uncopied
+        )
+        + "."
+    )
     display(Markdown("\n\n".join(lines)))
 
 # %% [markdown]
@@ -715,35 +1005,57 @@ if len(prof) >= 3:
 # bins pooled). Negative control: AR against a second, independently seeded set of AR runs, which is
 # the null by construction. At α = 0.05 each row rejects a correct method 5% of the time.
 
+
 # %%
 def sample_runs(make_drafter, seed0):
     runs_, n, i = [], 0, 0
     while n < CHI2_TOKENS:
         ids = reported_turns[i % len(reported_turns)][0]
         g = generate(target, ids, 64, drafter=make_drafter(), sampling=T1, seed=seed0 + i, eos_token_id=None)
-        runs_.append(g.tokens); n += len(g.tokens); i += 1
+        runs_.append(g.tokens)
+        n += len(g.tokens)
+        i += 1
     return runs_
+
 
 def chi2_tests():
     n, k = best_lookup
     ar = sample_runs(lambda: None, SEED * 10**6)
     rows = []
-    for name, make, seed0 in [("prompt lookup", lambda: PromptLookupDrafter(n, k), SEED * 10**6),
-                              ("suffix", lambda: SuffixDrafter(max_spec=best_suffix), SEED * 10**6),
-                              ("AR (negative control)", lambda: None, SEED * 10**6 + 10**5)]:
+    for name, make, seed0 in [
+        ("prompt lookup", lambda: PromptLookupDrafter(n, k), SEED * 10**6),
+        ("suffix", lambda: SuffixDrafter(max_spec=best_suffix), SEED * 10**6),
+        ("AR (negative control)", lambda: None, SEED * 10**6 + 10**5),
+    ]:
         other = sample_runs(make, seed0)
         m = min(len(ar), len(other))
         r = stats.run_permutation_test(ar[:m], other[:m], n_perm=999, paired=True, seed=SEED)
-        rows.append(dict(method=name, chi2=r.chi2, dof=r.dof, p_asymptotic=r.p_asymptotic, p_permutation=r.p_permutation,
-                         tokens_ar=r.n_a, tokens_method=r.n_b, runs=m))
+        rows.append(
+            dict(
+                method=name,
+                chi2=r.chi2,
+                dof=r.dof,
+                p_asymptotic=r.p_asymptotic,
+                p_permutation=r.p_permutation,
+                tokens_ar=r.n_a,
+                tokens_method=r.n_b,
+                runs=m,
+            )
+        )
     return pd.DataFrame(rows).assign(**meta)
+
 
 chi = study.step("chi2", chi2_tests, uses=QUESTION_SET + ["LOOKUP_GRID", "SUFFIX_GRID", "CHI2_TOKENS", "THREADS"])
 display(chi.round(4))
 rejected = chi[chi.p_permutation < 0.05].method.tolist()
-display(Markdown("No row rejects at α = 0.05." if not rejected else
-                 f"Rejected at α = 0.05: {', '.join(rejected)} — a lossless method should be rejected 5% of the time, "
-                 "so one rejection among three rows is not evidence by itself; rerun with another SEED before concluding."))
+display(
+    Markdown(
+        "No row rejects at α = 0.05."
+        if not rejected
+        else f"Rejected at α = 0.05: {', '.join(rejected)} — a lossless method should be rejected 5% of the time, "
+        "so one rejection among three rows is not evidence by itself; rerun with another SEED before concluding."
+    )
+)
 
 # %% [markdown]
 # ## 8 · The same speculation on other runtimes
@@ -759,18 +1071,21 @@ display(Markdown("No row rejects at α = 0.05." if not rejected else
 # the measured speedup beside the one predicted from the run's own drafts and the T(n) curve. The
 # prediction leaves out the prompt's prefill and the loop's own overhead, which both methods pay.
 
+
 # %%
 def steps_cost(lat_b, drafted):
     """Seconds of the verify passes of steps that drafted `drafted` tokens, from one runtime's T(n)."""
     return float(sum(lat_b[d + 1] for d in drafted))
 
+
 def predicted_speedup(lat_b, drafted, tokens):
     """Decode-only prediction: AR pays T(1) per token, each speculative step T(d + 1)."""
     return tokens * lat_b[1] / steps_cost(lat_b, drafted)
 
+
 def runtime_runs():
     for b in RUNTIMES:
-        backends.check(b)                          # a missing runtime stops here, before anything is timed
+        backends.check(b)  # a missing runtime stops here, before anything is timed
     lms = {b: target if b == "torch" else speclib.load(TARGET, backend=b) for b in RUNTIMES}
     ns = list(range(1, max(RUNTIME_KS) + 2))
     prefix = int(costs.prefix_len.iloc[0])
@@ -779,51 +1094,89 @@ def runtime_runs():
     T = {b: lat[lat.backend == b].set_index("n").seconds for b in RUNTIMES}
     ngram = best_lookup[0]
     drafts = []
-    for k in RUNTIME_KS:                          # untimed: which drafts prompt lookup makes on the pilot turns
+    for k in RUNTIME_KS:  # untimed: which drafts prompt lookup makes on the pilot turns
         for i, (ids, *_) in enumerate(pilot_turns):
             g = generate(target, ids, MAX_NEW_TOKENS, drafter=PromptLookupDrafter(ngram, k), sampling=GREEDY)
             drafts.append(dict(k=k, prompt=i, drafted=[s["drafted"] for s in g.stats.steps], tokens=len(g.tokens)))
     drafts = pd.DataFrame(drafts)
+
     def pilot_prediction(b, k):
         d = drafts[drafts.k == k]
         return predicted_speedup(T[b], [x for row in d.drafted for x in row], int(d.tokens.sum()))
-    choice = pd.DataFrame([dict(backend=b, k=k, predicted=pilot_prediction(b, k)) for b in RUNTIMES for k in RUNTIME_KS])
+
+    choice = pd.DataFrame(
+        [dict(backend=b, k=k, predicted=pilot_prediction(b, k)) for b in RUNTIMES for k in RUNTIME_KS]
+    )
     chosen = choice.loc[choice.groupby("backend").predicted.idxmax()].set_index("backend").k
-    subset = {q["question_id"] for task in spec_bench.TASKS for q in [q for q in reported_qs if q["task"] == task][:RUNTIME_PER_TASK]}
+    subset = {
+        q["question_id"]
+        for task in spec_bench.TASKS
+        for q in [q for q in reported_qs if q["task"] == task][:RUNTIME_PER_TASK]
+    }
     sub_turns = [t for t in reported_turns if t[2] in subset]
     all_runs = []
     for b in RUNTIMES:
         lm, k, steps = lms[b], int(chosen[b]), {}
+
         def run(drafter_of, name):
             def go(ids, i):
                 g = generate(lm, ids, MAX_NEW_TOKENS, drafter=drafter_of(), sampling=GREEDY)
                 steps[(i, name)] = [s["drafted"] for s in g.stats.steps]
                 return g
+
             return go
-        r = bench.paired_runs([t[0] for t in sub_turns], {"AR": run(lambda: None, "AR"),
-                                                          "prompt lookup": run(lambda: PromptLookupDrafter(ngram, k), "prompt lookup")})
+
+        r = bench.paired_runs(
+            [t[0] for t in sub_turns],
+            {
+                "AR": run(lambda: None, "AR"),
+                "prompt lookup": run(lambda: PromptLookupDrafter(ngram, k), "prompt lookup"),
+            },
+        )
         r["predicted_verify_s"] = [steps_cost(T[b], steps[(p, m)]) for p, m in zip(r.prompt, r.method)]
         all_runs.append(r.assign(backend=b, k=k, task=[sub_turns[p][1] for p in r.prompt]))
-        lms.pop(b)                                 # free this runtime's weights before the next one
-    return {"runtime_latency": lat.assign(**meta), "runtime_choice": choice.assign(**meta),
-            "runtime_runs": pd.concat(all_runs, ignore_index=True).assign(**meta)}
+        lms.pop(b)  # free this runtime's weights before the next one
+    return {
+        "runtime_latency": lat.assign(**meta),
+        "runtime_choice": choice.assign(**meta),
+        "runtime_runs": pd.concat(all_runs, ignore_index=True).assign(**meta),
+    }
 
-rt = study.step("runtimes", runtime_runs, uses=QUESTION_SET + ["LOOKUP_GRID", "SUFFIX_GRID", "RUNTIMES", "RUNTIME_KS",
-                                                               "RUNTIME_PER_TASK", "LATENCY_REPEATS", "THREADS"])
+
+rt = study.step(
+    "runtimes",
+    runtime_runs,
+    uses=QUESTION_SET
+    + ["LOOKUP_GRID", "SUFFIX_GRID", "RUNTIMES", "RUNTIME_KS", "RUNTIME_PER_TASK", "LATENCY_REPEATS", "THREADS"],
+)
 rlat, rruns = rt["runtime_latency"], rt["runtime_runs"]
 rows = []
 for b in RUNTIMES:
     lb, rb = rlat[rlat.backend == b].set_index("n").seconds, rruns[rruns.backend == b]
     sp_b = bench.speedup(rb, "prompt lookup")
     pld, ar = rb[rb.method == "prompt lookup"], rb[rb.method == "AR"]
-    rows.append(dict(runtime=b, T1_ms=lb[1] * 1e3, v2=lb[2] / lb[1], v5=lb[5] / lb[1] if 5 in lb.index else np.nan,
-                     k=int(rb.k.iloc[0]), tokens_per_step=float(pld.tokens_per_call.mean()),
-                     predicted=float((ar.new_tokens.sum() * lb[1]) / pld.predicted_verify_s.sum()),
-                     measured=sp_b["speedup"], lo=sp_b["lo"], hi=sp_b["hi"],
-                     ar_tokens_per_s=float(ar.tokens_per_s.median()), lookup_tokens_per_s=float(pld.tokens_per_s.median()),
-                     identical=int(pld.same_as_reference.sum()), turns=len(pld)))
+    rows.append(
+        dict(
+            runtime=b,
+            T1_ms=lb[1] * 1e3,
+            v2=lb[2] / lb[1],
+            v5=lb[5] / lb[1] if 5 in lb.index else np.nan,
+            k=int(rb.k.iloc[0]),
+            tokens_per_step=float(pld.tokens_per_call.mean()),
+            predicted=float((ar.new_tokens.sum() * lb[1]) / pld.predicted_verify_s.sum()),
+            measured=sp_b["speedup"],
+            lo=sp_b["lo"],
+            hi=sp_b["hi"],
+            ar_tokens_per_s=float(ar.tokens_per_s.median()),
+            lookup_tokens_per_s=float(pld.tokens_per_s.median()),
+            identical=int(pld.same_as_reference.sum()),
+            turns=len(pld),
+        )
+    )
 rtable = pd.DataFrame(rows)
-rtable["lookup_over_torch_ar"] = rtable.lookup_tokens_per_s / rtable.set_index("runtime").ar_tokens_per_s.get("torch", np.nan)
+rtable["lookup_over_torch_ar"] = rtable.lookup_tokens_per_s / rtable.set_index("runtime").ar_tokens_per_s.get(
+    "torch", np.nan
+)
 results.save(rtable.assign(**meta), f"{NB}/runtime_table")
 display(rtable.round(3))
 
@@ -840,9 +1193,13 @@ for _, r in rtable.iterrows():
 lim = [min(rtable.lo.min(), rtable.predicted.min()) * 0.95, max(rtable.hi.max(), rtable.predicted.max()) * 1.05]
 a2.plot(lim, lim, color="grey", lw=0.8, ls=":")
 a2.axhline(1, color="grey", lw=0.5)
-a2.set(xlabel="predicted from T(n) and the run's drafts", ylabel="measured (95% CI)",
-       title=f"prompt lookup over its own AR ({int(rtable.turns.iloc[0])} turns)")
-savefig(fig, f"{NB}_runtimes"); plt.show()
+a2.set(
+    xlabel="predicted from T(n) and the run's drafts",
+    ylabel="measured (95% CI)",
+    title=f"prompt lookup over its own AR ({int(rtable.turns.iloc[0])} turns)",
+)
+savefig(fig, f"{NB}_runtimes")
+plt.show()
 
 rt_t = rtable.set_index("runtime")
 wins = rt_t[rt_t.lo > 1].index.tolist()
@@ -851,29 +1208,43 @@ fastest_rt = rt_t.lookup_tokens_per_s.idxmax()
 fastest_ar = rt_t.ar_tokens_per_s.idxmax()
 err = (rt_t.measured / rt_t.predicted - 1).abs()
 rho_v = spearmanr(rt_t.v2, rt_t.measured).statistic if len(rt_t) > 2 else float("nan")
-display(Markdown(
-    f"Prompt lookup pays (whole interval above 1) on: {', '.join(f'{b} {rt_t.measured[b]:.2f}x' for b in wins) or 'none'}; "
-    f"it loses (whole interval below 1) on: {', '.join(f'{b} {rt_t.measured[b]:.2f}x' for b in loses) or 'none'}. "
-    f"Spearman rank correlation of v(2) with the measured speedup: {rho_v:.2f} over {len(rt_t)} runtimes"
-    + (" (the cheaper a two-token pass, the more speculation gains). " if rho_v <= -0.5 else " (no clear ordering by v(2)). ")
-    + f"The prediction from T(n) alone is within "
-    f"{err.median():.0%} of the measurement at the median (worst: {err.idxmax()}, {err.max():.0%}), the rest being prefill "
-    f"and the loop's own work, which the prediction leaves out. Fastest AR: **{fastest_ar}** at "
-    f"{rt_t.ar_tokens_per_s[fastest_ar]:.1f} tokens/s; fastest with prompt lookup: **{fastest_rt}** at "
-    f"{rt_t.lookup_tokens_per_s[fastest_rt]:.1f} tokens/s, {rt_t.lookup_over_torch_ar[fastest_rt]:.2f}x torch float32 AR "
-    f"(medians of tokens per second, not paired). "
-    + (f"The fastest way to run this model here is therefore {fastest_ar}'s plain AR: speculation does not pay on "
-       f"the runtime that is fastest without it. " if rt_t.ar_tokens_per_s[fastest_ar] > rt_t.lookup_tokens_per_s[fastest_rt] else
-       f"The fastest way to run this model here is {fastest_rt} with prompt lookup. ")
-    + "Greedy prompt lookup equals its own runtime's AR on "
-    + ", ".join(f"{b} {rt_t.identical[b]}/{rt_t.turns[b]}" for b in rt_t.index) + " turns."
-    + ("" if (rt_t.identical == rt_t.turns).all() else
-       " Where it does not, the runtime's rounding depends on the width of the pass (dynamic int8 takes one activation "
-       "scale over all the rows of a pass, llama.cpp quantizes activations in blocks, bf16 keeps 8 bits of mantissa "
-       "and a wider pass takes another kernel): a verify pass and a one-token AR pass can then break a near-tie "
-       "differently, and from there the texts part. That is the runtime's arithmetic, not the acceptance rule "
-       "(notebook 05, section 5), and the float32 rows must stay identical; on those runtimes the speedup compares "
-       "two different texts of the same prompt.")))
+display(
+    Markdown(
+        f"Prompt lookup pays (whole interval above 1) on: {', '.join(f'{b} {rt_t.measured[b]:.2f}x' for b in wins) or 'none'}; "
+        f"it loses (whole interval below 1) on: {', '.join(f'{b} {rt_t.measured[b]:.2f}x' for b in loses) or 'none'}. "
+        f"Spearman rank correlation of v(2) with the measured speedup: {rho_v:.2f} over {len(rt_t)} runtimes"
+        + (
+            " (the cheaper a two-token pass, the more speculation gains). "
+            if rho_v <= -0.5
+            else " (no clear ordering by v(2)). "
+        )
+        + f"The prediction from T(n) alone is within "
+        f"{err.median():.0%} of the measurement at the median (worst: {err.idxmax()}, {err.max():.0%}), the rest being prefill "
+        f"and the loop's own work, which the prediction leaves out. Fastest AR: **{fastest_ar}** at "
+        f"{rt_t.ar_tokens_per_s[fastest_ar]:.1f} tokens/s; fastest with prompt lookup: **{fastest_rt}** at "
+        f"{rt_t.lookup_tokens_per_s[fastest_rt]:.1f} tokens/s, {rt_t.lookup_over_torch_ar[fastest_rt]:.2f}x torch float32 AR "
+        f"(medians of tokens per second, not paired). "
+        + (
+            f"The fastest way to run this model here is therefore {fastest_ar}'s plain AR: speculation does not pay on "
+            f"the runtime that is fastest without it. "
+            if rt_t.ar_tokens_per_s[fastest_ar] > rt_t.lookup_tokens_per_s[fastest_rt]
+            else f"The fastest way to run this model here is {fastest_rt} with prompt lookup. "
+        )
+        + "Greedy prompt lookup equals its own runtime's AR on "
+        + ", ".join(f"{b} {rt_t.identical[b]}/{rt_t.turns[b]}" for b in rt_t.index)
+        + " turns."
+        + (
+            ""
+            if (rt_t.identical == rt_t.turns).all()
+            else " Where it does not, the runtime's rounding depends on the width of the pass (dynamic int8 takes one activation "
+            "scale over all the rows of a pass, llama.cpp quantizes activations in blocks, bf16 keeps 8 bits of mantissa "
+            "and a wider pass takes another kernel): a verify pass and a one-token AR pass can then break a near-tie "
+            "differently, and from there the texts part. That is the runtime's arithmetic, not the acceptance rule "
+            "(notebook 05, section 5), and the float32 rows must stay identical; on those runtimes the speedup compares "
+            "two different texts of the same prompt."
+        )
+    )
+)
 
 # %% [markdown]
 # ## 9 · What carries over from the trained models, and what does not
@@ -885,7 +1256,7 @@ best_method = overall.loc[spec_methods].speedup.idxmax()
 per_task = table[table.method.isin(["prompt lookup", "suffix"])].pivot(index="task", columns="method", values="speedup")
 copy_tasks = [t for t in ("summarization", "rag") if t in per_task.index]
 other_tasks = [t for t in per_task.index if t not in copy_tasks and t != "overall"]
-try:                                       # notebook 05's code model at one thread, same CPU, same bare-pass timing
+try:  # notebook 05's code model at one thread, same CPU, same bare-pass timing
     lat05 = results.load("05_backend_latency/latency")
     lat05 = lat05[(lat05.backend == "torch") & (lat05.role == "target") & (lat05.threads == 1)]
     v8_code = f"{lat05[lat05.n == 8].ratio.median():.2f} for notebook 05's 27.8M code model at one thread"
@@ -894,17 +1265,33 @@ except results.MissingResult:
 lines = [
     f"* Best speculative method overall: **{best_method}**, {overall.speedup[best_method]:.2f}x over AR "
     f"(95% CI {overall.lo[best_method]:.2f}–{overall.hi[best_method]:.2f}); the workbook's goal of 2.0x is "
-    + ("met." if overall.lo[best_method] >= 2.0 else f"{'not ' if overall.speedup[best_method] < 2.0 else ''}met by the point estimate"
-       + (f" (it would take {2.0 / overall.speedup[best_method]:.2f}x more)" if overall.speedup[best_method] < 2.0 else ", not by the whole interval") + "."),
-    f"* Cache drafts pay where the answer copies its prompt or itself: "
+    + (
+        "met."
+        if overall.lo[best_method] >= 2.0
+        else f"{'not ' if overall.speedup[best_method] < 2.0 else ''}met by the point estimate"
+        + (
+            f" (it would take {2.0 / overall.speedup[best_method]:.2f}x more)"
+            if overall.speedup[best_method] < 2.0
+            else ", not by the whole interval"
+        )
+        + "."
+    ),
+    "* Cache drafts pay where the answer copies its prompt or itself: "
     + ", ".join(f"{t} {per_task.loc[t].max():.2f}x" for t in copy_tasks)
     + f" (best of the two cache drafters), against {', '.join(f'{t} {per_task.loc[t].max():.2f}x' for t in other_tasks)} elsewhere"
-    + (f"; the 2.5x goal on summarization and RAG is {'met' if all(per_task.loc[t].max() >= 2.5 for t in copy_tasks) else 'not met'}" if copy_tasks else "")
+    + (
+        f"; the 2.5x goal on summarization and RAG is {'met' if all(per_task.loc[t].max() >= 2.5 for t in copy_tasks) else 'not met'}"
+        if copy_tasks
+        else ""
+    )
     + f". Mean tokens per target step: {overall.tokens_per_step['prompt lookup']:.2f} for prompt lookup here, "
     f"{board.loc['PLD', 'tokens_per_step']:.2f} for PLD on the leaderboard"
-    + (" — about the same: what the drafter gets accepted carries over from a 7B model on a GPU, the speedup does not, "
-       "because here a verify pass over several tokens costs much more than one (next line)."
-       if abs(overall.tokens_per_step['prompt lookup'] - board.loc['PLD', 'tokens_per_step']) < 0.15 else "."),
+    + (
+        " — about the same: what the drafter gets accepted carries over from a 7B model on a GPU, the speedup does not, "
+        "because here a verify pass over several tokens costs much more than one (next line)."
+        if abs(overall.tokens_per_step["prompt lookup"] - board.loc["PLD", "tokens_per_step"]) < 0.15
+        else "."
+    ),
     f"* One verify pass over 8 tokens costs v(8) = {passes[8] / t1:.2f} passes over one here ({v8_code}): on a CPU "
     f"at one thread the extra rows of a verify pass are far from free for either model, so a rejected long copy costs "
     f"nearly what it would have gained; k was chosen on the pilot questions ({best_lookup[1]}).",
@@ -912,29 +1299,46 @@ lines = [
 ]
 if HEAD:
     hc = head_cost.set_index("method")
-    lines.append(f"* The trained feature head: {overall.speedup['feature head']:.2f}x over AR with "
-                 f"{overall.tokens_per_step['feature head']:.2f} tokens per target step (k = {hc.chosen_k['feature head']}), "
-                 f"its draft step costing c = {hc.c['feature head']:.2f} target passes"
-                 + (f"; drafting from the {FR_VOCAB} most frequent tokens (FR-Spec) brings c to "
-                    f"{hc.c['feature head + FR-Spec']:.2f} and the speedup to {overall.speedup['feature head + FR-Spec']:.2f}x "
-                    f"({overall.tokens_per_step['feature head + FR-Spec']:.2f} tokens per step)." if FR_VOCAB else "."))
-lines.append(f"* Against transformers on the same float32 weights: speclib's prompt lookup at "
-             f"{sp.lookup_tokens_per_s['speclib'] / sp.lookup_tokens_per_s['transformers']:.2f}x its tokens per second "
-             f"(goal 1.2x); transformers' prompt lookup at {sp.lookup_over_own_ar['transformers']:.2f}x its own AR.")
+    lines.append(
+        f"* The trained feature head: {overall.speedup['feature head']:.2f}x over AR with "
+        f"{overall.tokens_per_step['feature head']:.2f} tokens per target step (k = {hc.chosen_k['feature head']}), "
+        f"its draft step costing c = {hc.c['feature head']:.2f} target passes"
+        + (
+            f"; drafting from the {FR_VOCAB} most frequent tokens (FR-Spec) brings c to "
+            f"{hc.c['feature head + FR-Spec']:.2f} and the speedup to {overall.speedup['feature head + FR-Spec']:.2f}x "
+            f"({overall.tokens_per_step['feature head + FR-Spec']:.2f} tokens per step)."
+            if FR_VOCAB
+            else "."
+        )
+    )
+lines.append(
+    f"* Against transformers on the same float32 weights: speclib's prompt lookup at "
+    f"{sp.lookup_tokens_per_s['speclib'] / sp.lookup_tokens_per_s['transformers']:.2f}x its tokens per second "
+    f"(goal 1.2x); transformers' prompt lookup at {sp.lookup_over_own_ar['transformers']:.2f}x its own AR."
+)
 if "llama.cpp" in sp.index:
-    lines.append(f"* llama.cpp is another runtime on other numbers: the 4-bit file's weights with activations rounded to "
-                 f"8 bits. Its plain AR already runs at {overall.speedup['llama.cpp AR']:.2f}x speclib's float32 AR "
-                 f"(a backend effect, notebook 05's subject, not speculation), and its prompt lookup at "
-                 f"{sp.lookup_over_own_ar['llama.cpp']:.2f}x its own AR; speclib's prompt lookup reaches "
-                 f"{sp.lookup_tokens_per_s['speclib'] / sp.lookup_tokens_per_s['llama.cpp']:.2f}x llama.cpp's tokens per "
-                 f"second (goal 1.0x, which asks speclib to run the same quantized numbers: not measured here).")
-lines.append(f"* The runtime decides whether speculation pays (section 8): prompt lookup over its own AR "
-             + ", ".join(f"{b} {rt_t.measured[b]:.2f}x (v(2) = {rt_t.v2[b]:.2f})" for b in rt_t.index)
-             + (". It pays most where a wide pass is cheapest" if rho_v <= -0.5 else ". Its gain does not follow v(2) here")
-             + f"; the fastest runtime ({fastest_ar}, "
-             f"{rt_t.ar_tokens_per_s[fastest_ar] / rt_t.ar_tokens_per_s.get('torch', np.nan):.2f}x torch float32 AR's tokens per second) "
-             + ("is one where it loses." if rt_t.hi[fastest_ar] < 1 else "is one where it pays." if rt_t.lo[fastest_ar] > 1
-                else "is one where it neither clearly pays nor loses."))
+    lines.append(
+        f"* llama.cpp is another runtime on other numbers: the 4-bit file's weights with activations rounded to "
+        f"8 bits. Its plain AR already runs at {overall.speedup['llama.cpp AR']:.2f}x speclib's float32 AR "
+        f"(a backend effect, notebook 05's subject, not speculation), and its prompt lookup at "
+        f"{sp.lookup_over_own_ar['llama.cpp']:.2f}x its own AR; speclib's prompt lookup reaches "
+        f"{sp.lookup_tokens_per_s['speclib'] / sp.lookup_tokens_per_s['llama.cpp']:.2f}x llama.cpp's tokens per "
+        f"second (goal 1.0x, which asks speclib to run the same quantized numbers: not measured here)."
+    )
+lines.append(
+    "* The runtime decides whether speculation pays (section 8): prompt lookup over its own AR "
+    + ", ".join(f"{b} {rt_t.measured[b]:.2f}x (v(2) = {rt_t.v2[b]:.2f})" for b in rt_t.index)
+    + (". It pays most where a wide pass is cheapest" if rho_v <= -0.5 else ". Its gain does not follow v(2) here")
+    + f"; the fastest runtime ({fastest_ar}, "
+    f"{rt_t.ar_tokens_per_s[fastest_ar] / rt_t.ar_tokens_per_s.get('torch', np.nan):.2f}x torch float32 AR's tokens per second) "
+    + (
+        "is one where it loses."
+        if rt_t.hi[fastest_ar] < 1
+        else "is one where it pays."
+        if rt_t.lo[fastest_ar] > 1
+        else "is one where it neither clearly pays nor loses."
+    )
+)
 display(Markdown("\n".join(lines)))
 
 # %%

@@ -12,18 +12,34 @@ drafted at all, as in the SD loop). Its outputs equal the SD loop's; it is what 
 `train_grpo` samples G trajectories per problem with a stochastic policy and pushes up the log-probs
 of the decisions of the trajectories whose final answer was better than their group's mean.
 """
+
 from __future__ import annotations
 
 from collections import deque
+from typing import TYPE_CHECKING
 
 import torch
 
 from speclib.core.acceptance import accept_probability, residual
 from speclib.core.sampling import sample
 
-FEATURES = ("logp_target_tok", "logp_draft_tok", "logq_draft_tok", "logq_target_tok", "entropy_p", "entropy_q",
-            "margin_p", "jsd", "chain_pos", "depth", "recent_agree")
-RECENT = 8                      # positions in the recent-agreement window
+if TYPE_CHECKING:
+    import pandas as pd
+
+FEATURES = (
+    "logp_target_tok",
+    "logp_draft_tok",
+    "logq_draft_tok",
+    "logq_target_tok",
+    "entropy_p",
+    "entropy_q",
+    "margin_p",
+    "jsd",
+    "chain_pos",
+    "depth",
+    "recent_agree",
+)
+RECENT = 8  # positions in the recent-agreement window
 
 
 def features(p: torch.Tensor, q: torch.Tensor, t: torch.Tensor, d: torch.Tensor, chain_pos, depth, recent):
@@ -36,11 +52,26 @@ def features(p: torch.Tensor, q: torch.Tensor, t: torch.Tensor, d: torch.Tensor,
     lm = m.clamp_min(1e-12).log()
     jsd = 0.5 * ((p * (lp - lm)).sum(-1) + (q * (lq - lm)).sum(-1))
     as_t = lambda x: torch.as_tensor(x, dtype=torch.float32).expand(len(t))
-    return torch.stack([pick(lp, t), pick(lp, d), pick(lq, d), pick(lq, t), -(p * lp).sum(-1), -(q * lq).sum(-1),
-                        pick(p, t) - pick(p, d), jsd, as_t(chain_pos), as_t(depth) / 100, as_t(recent)], -1)
+    return torch.stack(
+        [
+            pick(lp, t),
+            pick(lp, d),
+            pick(lq, d),
+            pick(lq, t),
+            -(p * lp).sum(-1),
+            -(q * lq).sum(-1),
+            pick(p, t) - pick(p, d),
+            jsd,
+            as_t(chain_pos),
+            as_t(depth) / 100,
+            as_t(recent),
+        ],
+        -1,
+    )
 
 
 # ---- policies: features [M, F] -> probability of keeping the draft's token [M] ---------------------
+
 
 def always_target(x: torch.Tensor) -> torch.Tensor:
     return torch.zeros(len(x))
@@ -77,12 +108,16 @@ class Policy(torch.nn.Module):
         n = len(FEATURES)
         self.register_buffer("mean", torch.zeros(n))
         self.register_buffer("std", torch.ones(n))
-        self.register_buffer("bias_shift", torch.zeros(()))    # moves the decision threshold (see calibrate)
-        self.net = (torch.nn.Sequential(torch.nn.Linear(n, hidden), torch.nn.Tanh(), torch.nn.Linear(hidden, 1))
-                    if hidden else torch.nn.Linear(n, 1))
+        self.register_buffer("bias_shift", torch.zeros(()))  # moves the decision threshold (see calibrate)
+        self.net = (
+            torch.nn.Sequential(torch.nn.Linear(n, hidden), torch.nn.Tanh(), torch.nn.Linear(hidden, 1))
+            if hidden
+            else torch.nn.Linear(n, 1)
+        )
 
-    def standardize_on(self, x: torch.Tensor) -> "Policy":
-        self.mean.copy_(x.mean(0)); self.std.copy_(x.std(0).clamp_min(1e-3))
+    def standardize_on(self, x: torch.Tensor) -> Policy:
+        self.mean.copy_(x.mean(0))
+        self.std.copy_(x.std(0).clamp_min(1e-3))
         return self
 
     def logits(self, x: torch.Tensor) -> torch.Tensor:
@@ -92,17 +127,25 @@ class Policy(torch.nn.Module):
         return torch.sigmoid(self.logits(x))
 
 
-def policies_table(policies: dict[str, Policy]) -> "pd.DataFrame":
+def policies_table(policies: dict[str, Policy]) -> pd.DataFrame:
     """Every tensor of each policy as one row (policy, hidden, tensor, shape, values): how a notebook
     saves trained policies beside its results (`speclib.workbook.study`) and reads them back with
     `policies_from_table`, exactly."""
     import pandas as pd
+
     rows = []
     for name, pol in policies.items():
         hidden = pol.net[0].out_features if isinstance(pol.net, torch.nn.Sequential) else 0
         for key, t in pol.state_dict().items():
-            rows.append(dict(policy=name, hidden=hidden, tensor=key, shape=list(t.shape),
-                             values=t.detach().double().flatten().tolist()))
+            rows.append(
+                dict(
+                    policy=name,
+                    hidden=hidden,
+                    tensor=key,
+                    shape=list(t.shape),
+                    values=t.detach().double().flatten().tolist(),
+                )
+            )
     return pd.DataFrame(rows)
 
 
@@ -111,13 +154,18 @@ def policies_from_table(table) -> dict[str, Policy]:
     out = {}
     for name, g in table.groupby("policy", sort=False):
         pol = Policy(hidden=int(g.hidden.iloc[0]))
-        pol.load_state_dict({r.tensor: torch.tensor(list(r.values), dtype=torch.float32).reshape(tuple(int(x) for x in r.shape))
-                             for r in g.itertuples()})
+        pol.load_state_dict(
+            {
+                r.tensor: torch.tensor(list(r.values), dtype=torch.float32).reshape(tuple(int(x) for x in r.shape))
+                for r in g.itertuples()
+            }
+        )
         out[name] = pol.eval()
     return out
 
 
 # ---- the acceptor ---------------------------------------------------------------------------------
+
 
 class Arbiter:
     """Lossless where draft and target agree; at a mismatch the policy keeps the draft's token or the target's.
@@ -125,6 +173,7 @@ class Arbiter:
     Needs raw logits (the `logits` keyword of `speclib.core.protocols.Acceptor`, which the SD loop passes;
     `ModelDrafter` stores the draft's on the tree) and chains (a tree's siblings have no single "draft
     token" to arbitrate). Counts decisions in `self.log` (one row per mismatch: features, kept)."""
+
     uses_logits = True
 
     def __init__(self, policy=always_target):
@@ -151,8 +200,10 @@ class Arbiter:
             raise ValueError("Arbiter needs raw logits: use it through speclib.generate with a ModelDrafter")
         path, row = [], 0
         for i, d in enumerate(tree.tokens):
-            t = int(p[row].argmax())       # greedy: the target's token; sampled: its most likely one (a feature)
-            agree = t == d if greedy else float(torch.rand((), generator=gen)) < accept_probability(p[row], tree.q[i], d)
+            t = int(p[row].argmax())  # greedy: the target's token; sampled: its most likely one (a feature)
+            agree = (
+                t == d if greedy else float(torch.rand((), generator=gen)) < accept_probability(p[row], tree.q[i], d)
+            )
             if not agree and not self._keep(logits[row], tree.draft_logits[i], t, d, i):
                 self.recent.append(0)
                 self.depth += len(path) + 1
@@ -171,5 +222,3 @@ class Arbiter:
 
 
 # ---- reinforcement learning: GRPO-style policy gradient with a group baseline -------------------------
-
-

@@ -3,6 +3,7 @@
 Every rule is an `Acceptor`, called as stated in `speclib.core.protocols.Acceptor`; a cache draft
 (Tree.q None) is a point mass on each token.
 """
+
 from __future__ import annotations
 
 import torch
@@ -54,7 +55,8 @@ class Lossless:
     @staticmethod
     def _greedy(tree: Tree, p: torch.Tensor):
         best = p.argmax(-1).tolist()
-        path, row = [], 0
+        path: list[int] = []
+        row = 0
         while True:
             child = next((c for c in tree.children[row] if tree.tokens[c] == best[row]), None)
             if child is None:

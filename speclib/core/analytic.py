@@ -15,12 +15,12 @@ def predicted_speedup(alpha: float, k: int, c: float, v: float = 1.0) -> float:
 def acceptance_needed(speedup: float, k: int, c: float, v: float = 1.0) -> float:
     """The i.i.d. per-token acceptance at which `predicted_speedup(alpha, k, c, v)` equals `speedup`;
     nan when even alpha = 1 falls short (the chain's ceiling (k + 1) / (k c + v) is below it)."""
-    need = speedup * (k * c + v)               # tokens per call the speedup requires
+    need = speedup * (k * c + v)  # tokens per call the speedup requires
     if need > k + 1:
         return float("nan")
     if need <= 1:
         return 0.0
-    lo, hi = 0.0, 1.0                          # expected_tokens rises with alpha: bisect
+    lo, hi = 0.0, 1.0  # expected_tokens rises with alpha: bisect
     for _ in range(60):
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if expected_tokens(mid, k) < need else (lo, mid)

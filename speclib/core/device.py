@@ -11,6 +11,7 @@ threads, and their spin-waiting threads slow both down several times over. `set_
 intra-op threads to `cpu_count()`; run two jobs side by side on disjoint cores (`taskset -c 0 ...`,
 `taskset -c 1 ...`) and each uses one thread.
 """
+
 from __future__ import annotations
 
 import math
@@ -21,13 +22,13 @@ from pathlib import Path
 
 import torch
 
-REPO = Path(__file__).resolve().parents[2]      # the repository checkout speclib runs from
+REPO = Path(__file__).resolve().parents[2]  # the repository checkout speclib runs from
 
 __all__ = ["REPO", "pick_device", "sync", "clock", "cpu_count", "set_threads", "threads"]
 
 
 def pick_device(device: str = "auto") -> torch.device:
-    """"auto" = cuda, then mps, then cpu; anything else is passed to torch.device."""
+    """ "auto" = cuda, then mps, then cpu; anything else is passed to torch.device."""
     if device != "auto":
         return torch.device(device)
     if torch.cuda.is_available():
@@ -61,9 +62,9 @@ def _cgroup_quota() -> float | None:
     except (OSError, ValueError):
         pass
     try:
-        quota = int(Path("/sys/fs/cgroup/cpu/cpu.cfs_quota_us").read_text())
-        period = int(Path("/sys/fs/cgroup/cpu/cpu.cfs_period_us").read_text())
-        return None if quota <= 0 else quota / period
+        quota_us = int(Path("/sys/fs/cgroup/cpu/cpu.cfs_quota_us").read_text())
+        period_us = int(Path("/sys/fs/cgroup/cpu/cpu.cfs_period_us").read_text())
+        return None if quota_us <= 0 else quota_us / period_us
     except (OSError, ValueError):
         return None
 

@@ -7,11 +7,12 @@ plain autoregressive decoding (one target pass per token). What each call means 
 and `Acceptor` protocols, the optional capabilities) is stated once, in `speclib.core.protocols`; every
 per-step time is read with `speclib.core.device.clock`, which synchronises the device first.
 """
+
 from __future__ import annotations
 
 import operator
 from dataclasses import dataclass, field
-from typing import TypedDict
+from typing import TypedDict, cast
 
 import torch
 
@@ -24,11 +25,12 @@ from speclib.core.tree import Tree
 
 class Step(TypedDict):
     """One verify pass of the loop."""
-    drafted: int                 # tree nodes verified besides the root
-    accepted: int                # length of the accepted path
-    source: str | None           # Tree.source ("model", a cache's name, ...), None for an empty draft
-    draft_s: float               # seconds drafting
-    verify_s: float              # seconds verifying, accepting and committing (target and drafter)
+
+    drafted: int  # tree nodes verified besides the root
+    accepted: int  # length of the accepted path
+    source: str | None  # Tree.source ("model", a cache's name, ...), None for an empty draft
+    draft_s: float  # seconds drafting
+    verify_s: float  # seconds verifying, accepting and committing (target and drafter)
 
 
 NAN = float("nan")
@@ -38,25 +40,26 @@ NAN = float("nan")
 class Stats:
     """What one request cost and accepted. A peer loop that reports no steps (`speclib.research.peers`)
     leaves NaN (and empty lists) where it cannot say. `dataclasses.asdict` gives the row to store."""
+
     new_tokens: int
-    seconds: float                          # the request's wall time, prefill included
+    seconds: float  # the request's wall time, prefill included
     tokens_per_s: float
     steps: list[Step] = field(default_factory=list)
-    target_calls: int | float = NAN         # verify passes after the prefill
-    tokens_per_call: float = NAN            # new tokens / (target_calls + 1): the prefill yields the first
-    acceptance_rate: float = NAN            # accepted / drafted tokens, over all steps
+    target_calls: int | float = NAN  # verify passes after the prefill
+    tokens_per_call: float = NAN  # new tokens / (target_calls + 1): the prefill yields the first
+    acceptance_rate: float = NAN  # accepted / drafted tokens, over all steps
     # accepted_at[j]: steps whose draft had its (j+1)-th token accepted (an accepted path of length > j);
     # one entry per draft position up to the drafter's max_nodes (or the longest accepted path)
     accepted_at: list[int] = field(default_factory=list)
     # vLLM's mean acceptance length: 1 + accepted / drafts (drafts = steps with a non-empty draft), i.e.
     # tokens per verify step of a draft, the bonus or correction token included; NaN without drafts
     mean_accepted_length: float = NAN
-    batch_seconds: float | None = None      # generate_batch: the whole batch's wall time (None alone)
+    batch_seconds: float | None = None  # generate_batch: the whole batch's wall time (None alone)
 
 
 @dataclass
 class Generation:
-    tokens: list[int]                       # new tokens only
+    tokens: list[int]  # new tokens only
     text: str
     stats: Stats
 
@@ -75,8 +78,10 @@ def _check(target: LM, prompt_ids, max_new_tokens, drafter, acceptor, sampling) 
         raise TypeError(f"acceptor must implement speclib.core.protocols.Acceptor, got {type(acceptor).__name__}")
     lookahead = (drafter.max_nodes if drafter is not None else 0) + 1
     if len(prompt) + max_new_tokens + lookahead > target.max_length:
-        raise ValueError(f"prompt ({len(prompt)}) + max_new_tokens ({max_new_tokens}) + draft lookahead "
-                         f"({lookahead}) exceeds the target's context of {target.max_length} tokens")
+        raise ValueError(
+            f"prompt ({len(prompt)}) + max_new_tokens ({max_new_tokens}) + draft lookahead "
+            f"({lookahead}) exceeds the target's context of {target.max_length} tokens"
+        )
     if drafter is not None:
         drafter.check_compatible(target)
     return prompt
@@ -95,8 +100,8 @@ class _Run:
         self.gen = torch.Generator().manual_seed(seed)
         # capabilities checked once per request, not per step (runtime protocol checks are not free)
         self.wants_logits = isinstance(self.acceptor, LogitsAcceptor) and self.acceptor.uses_logits
-        self.drafter_sees_verify = isinstance(drafter, VerifyObserver)    # e.g. TokenRecycling
-        if isinstance(self.acceptor, PerRequestAcceptor):      # e.g. cospec.Arbiter
+        self.drafter_sees_verify = isinstance(drafter, VerifyObserver)  # e.g. TokenRecycling
+        if isinstance(self.acceptor, PerRequestAcceptor):  # e.g. cospec.Arbiter
             self.acceptor.reset(self.prompt)
         self.steps: list[Step] = []
         self.t_start = clock(target.device)
@@ -127,10 +132,20 @@ class _Run:
         if self.drafter is not None:
             self.drafter.observe(accepted)
         self.out += accepted + [self.root]
-        self.done = (len(self.out) >= self.max_new_tokens or self.root == self.eos
-                     or (self.eos is not None and self.eos in accepted))
-        self.steps.append(Step(drafted=len(tree), accepted=len(path), source=tree.source if len(tree) else None,
-                               draft_s=self.draft_s, verify_s=verify_s + clock(self.target.device) - t0))
+        self.done = (
+            len(self.out) >= self.max_new_tokens
+            or self.root == self.eos
+            or (self.eos is not None and self.eos in accepted)
+        )
+        self.steps.append(
+            Step(
+                drafted=len(tree),
+                accepted=len(path),
+                source=tree.source if len(tree) else None,
+                draft_s=self.draft_s,
+                verify_s=verify_s + clock(self.target.device) - t0,
+            )
+        )
 
     def result(self) -> Generation:
         out = _truncate(self.out, self.max_new_tokens, self.eos)
@@ -138,19 +153,33 @@ class _Run:
         drafted = sum(s["drafted"] for s in self.steps)
         accepted = sum(s["accepted"] for s in self.steps)
         drafts = sum(s["drafted"] > 0 for s in self.steps)
-        positions = max([self.drafter.max_nodes if self.drafter is not None else 0]
-                        + [s["accepted"] for s in self.steps])
+        positions = max(
+            [self.drafter.max_nodes if self.drafter is not None else 0] + [s["accepted"] for s in self.steps]
+        )
         stats = Stats(
-            new_tokens=len(out), seconds=seconds, tokens_per_s=len(out) / seconds, steps=self.steps,
-            target_calls=len(self.steps), tokens_per_call=len(out) / max(1, len(self.steps) + 1),
+            new_tokens=len(out),
+            seconds=seconds,
+            tokens_per_s=len(out) / seconds,
+            steps=self.steps,
+            target_calls=len(self.steps),
+            tokens_per_call=len(out) / max(1, len(self.steps) + 1),
             acceptance_rate=accepted / drafted if drafted else NAN,
             accepted_at=[sum(s["accepted"] > j for s in self.steps) for j in range(positions)],
-            mean_accepted_length=1 + accepted / drafts if drafts else NAN)
+            mean_accepted_length=1 + accepted / drafts if drafts else NAN,
+        )
         return Generation(out, self.target.decode(out) if self.target.tokenizer is not None else "", stats)
 
 
-def generate(target: LM, prompt_ids, max_new_tokens: int = 128, drafter=None, acceptor=None,
-             sampling: Sampling = Sampling(), seed: int = 0, eos_token_id: int | None = -1) -> Generation:
+def generate(
+    target: LM,
+    prompt_ids,
+    max_new_tokens: int = 128,
+    drafter=None,
+    acceptor=None,
+    sampling: Sampling = Sampling(),  # noqa: B008 (Sampling is a frozen dataclass)
+    seed: int = 0,
+    eos_token_id: int | None = -1,
+) -> Generation:
     """Decode up to max_new_tokens new tokens from `target`, speculatively when a drafter is given.
 
     Stops exactly at max_new_tokens, and at EOS even inside an accepted block (pass
@@ -165,9 +194,16 @@ def generate(target: LM, prompt_ids, max_new_tokens: int = 128, drafter=None, ac
     return run.result()
 
 
-def generate_batch(targets: list, prompts: list, max_new_tokens: int = 128, drafters: list | None = None,
-                   acceptor=None, sampling: Sampling = Sampling(), seed: int = 0,
-                   eos_token_id: int | None = -1) -> list[Generation]:
+def generate_batch(
+    targets: list,
+    prompts: list,
+    max_new_tokens: int = 128,
+    drafters: list | None = None,
+    acceptor=None,
+    sampling: Sampling = Sampling(),  # noqa: B008 (Sampling is a frozen dataclass)
+    seed: int = 0,
+    eos_token_id: int | None = -1,
+) -> list[Generation]:
     """Decode several requests together: each step every unfinished request drafts its own tree, and
     all trees are verified in ONE target forward (`extend_batch`); acceptance and commits stay per
     request, so each request's output is exactly what `generate` would give it with seed `seed + r`.
@@ -176,22 +212,28 @@ def generate_batch(targets: list, prompts: list, max_new_tokens: int = 128, draf
     capability (`speclib.core.protocols.BatchedLM`). drafters: one per request (or None: plain AR).
     """
     if not targets or not all(isinstance(t, BatchedLM) for t in targets):
-        raise TypeError("targets must be one speclib.core.protocols.BatchedLM per request (e.g. HybridLM.view()), got "
-                        f"{sorted({type(t).__name__ for t in targets}) or 'none'}")
+        raise TypeError(
+            "targets must be one speclib.core.protocols.BatchedLM per request (e.g. HybridLM.view()), got "
+            f"{sorted({type(t).__name__ for t in targets}) or 'none'}"
+        )
     if len(prompts) != len(targets) or (drafters is not None and len(drafters) != len(targets)):
-        raise ValueError(f"need one target view (and drafter) per prompt: got {len(targets)} targets, "
-                         f"{len(prompts)} prompts, {len(drafters) if drafters is not None else 0} drafters")
+        raise ValueError(
+            f"need one target view (and drafter) per prompt: got {len(targets)} targets, "
+            f"{len(prompts)} prompts, {len(drafters) if drafters is not None else 0} drafters"
+        )
     drafters = drafters if drafters is not None else [None] * len(targets)
     if len({id(d) for d in drafters if d is not None}) != sum(d is not None for d in drafters):
         raise ValueError("each request needs its own drafter (its draft model keeps per-request state)")
     t_start = clock(targets[0].device)
-    runs = [_Run(t, p, max_new_tokens, d, acceptor, sampling, seed + r, eos_token_id)
-            for r, (t, p, d) in enumerate(zip(targets, prompts, drafters))]
+    runs = [
+        _Run(t, p, max_new_tokens, d, acceptor, sampling, seed + r, eos_token_id)
+        for r, (t, p, d) in enumerate(zip(targets, prompts, drafters))
+    ]
     while live := [r for r in runs if not r.done]:
         drafts = [r.draft() for r in live]
         t0 = clock(targets[0].device)
-        logits = type(live[0].target).extend_batch([r.target for r in live], [d[0] for d in drafts],
-                                                   [d[1] for d in drafts])
+        batched = cast(BatchedLM, live[0].target)  # every target was checked to be a BatchedLM
+        logits = type(batched).extend_batch([r.target for r in live], [d[0] for d in drafts], [d[1] for d in drafts])
         verify_s = clock(targets[0].device) - t0
         for r, lg in zip(live, logits):
             r.finish(lg, verify_s)
@@ -224,10 +266,11 @@ def prompt_list(prompt_ids, name: str = "prompt_ids") -> list[int]:
         return [t if type(t) is int else operator.index(t) for t in ids]
     except TypeError:
         pass
-    for t in ids:                                  # name the first element that is not an int
+    for t in ids:  # name the first element that is not an int
         try:
             operator.index(t)
         except TypeError:
-            if isinstance(t, (list, tuple)) or getattr(t, "ndim", 0):
+            if isinstance(t, (list, tuple)) or getattr(t, "ndim", 0) != 0:
                 raise ValueError(f"{what}, got a nested (2-D) one (for a batch of one, pass ids[0])") from None
             raise TypeError(f"{what}, got an element {t!r} of type {type(t).__name__}") from None
+    raise AssertionError("unreachable: operator.index failed on some element")

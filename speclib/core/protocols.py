@@ -9,6 +9,7 @@ capabilities are protocols of their own (`BatchedLM`, `FeatureLM`, `TreeProbe`, 
 them with `isinstance` against these classes, never with `hasattr` on concrete classes. The maths behind
 the protocol: docs/trees.md.
 """
+
 from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
@@ -18,7 +19,18 @@ import torch
 from speclib.core.sampling import Sampling
 from speclib.core.tree import Tree
 
-__all__ = ["LM", "BatchedLM", "FeatureLM", "TreeProbe", "Drafter", "VerifyObserver", "ScoredDrafter", "Acceptor", "PerRequestAcceptor", "LogitsAcceptor"]
+__all__ = [
+    "LM",
+    "BatchedLM",
+    "FeatureLM",
+    "TreeProbe",
+    "Drafter",
+    "VerifyObserver",
+    "ScoredDrafter",
+    "Acceptor",
+    "PerRequestAcceptor",
+    "LogitsAcceptor",
+]
 
 
 @runtime_checkable
@@ -43,6 +55,7 @@ class LM(Protocol):
     ValueError naming the parameter, raised before any state changes; extend or commit before reset
     is a RuntimeError.
     """
+
     tokenizer: object | None
     device: torch.device
     max_length: int
@@ -97,6 +110,7 @@ class FeatureLM(LM, Protocol):
     frozen_parts()               (token embedding, final norm, LM head) modules: what a head reuses, frozen.
     weights_fingerprint()        a short hash of the weights: a head records the target it was trained for.
     """
+
     feature_layers: tuple[int, ...] | None
 
     @property
@@ -198,8 +212,9 @@ class Acceptor(Protocol):
         next_token  the correction (after a rejection) or bonus (after a fully accepted path) token.
     A lossless acceptor's output is distributed exactly as the target's (docs/lossless.md)."""
 
-    def __call__(self, tree: Tree, p: torch.Tensor, greedy: bool, gen: torch.Generator,
-                 logits: torch.Tensor | None = None) -> tuple[list[int], int]: ...
+    def __call__(
+        self, tree: Tree, p: torch.Tensor, greedy: bool, gen: torch.Generator, logits: torch.Tensor | None = None
+    ) -> tuple[list[int], int]: ...
 
 
 @runtime_checkable
@@ -214,4 +229,5 @@ class LogitsAcceptor(Acceptor, Protocol):
     """Capability: an acceptor that also reads the target's raw logits (`Acceptor`'s keyword `logits`)
     and the tree's `draft_logits`, e.g. an arbitration policy with features beyond p and q. Declared by
     the class attribute uses_logits = True."""
+
     uses_logits: bool

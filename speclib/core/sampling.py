@@ -3,6 +3,7 @@
 Temperature, top-k and top-p are applied identically to the target (p) and the draft (q): the
 lossless rule is exact only for the distributions the tokens were really sampled from.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -13,6 +14,7 @@ import torch
 @dataclass(frozen=True)
 class Sampling:
     """temperature 0 means greedy; top_k 0 and top_p 1 mean no truncation."""
+
     temperature: float = 1.0
     top_k: int = 0
     top_p: float = 1.0
@@ -33,7 +35,7 @@ class Sampling:
 def check_logits(logits: torch.Tensor) -> None:
     """-inf masks a token (probability 0, as logits processors produce); NaN, +inf, or a row that is all
     -inf has no distribution."""
-    top = logits.amax(-1)                          # NaN, +inf or -inf exactly when a row is bad: one sync
+    top = logits.amax(-1)  # NaN, +inf or -inf exactly when a row is bad: one sync
     if torch.isfinite(top).all():
         return
     if torch.isnan(top).any():

@@ -3,6 +3,7 @@
 A chain is the tree with parents [-1, 0, 1, ...]. `q[i]` is the distribution node i was drawn from
 (None for cache drafts: a point mass on the token).
 """
+
 from __future__ import annotations
 
 import math
@@ -18,8 +19,10 @@ def check_parents(parents: list[int], offset: int = 0) -> None:
     """
     for i, p in enumerate(parents):
         if not isinstance(p, int) or not -1 <= p < offset + i:
-            raise ValueError(f"parents[{i}] = {p!r}: each parent must be -1 (the committed tip) or the "
-                             f"index of an earlier node (< {offset + i}); nodes must be in topological order")
+            raise ValueError(
+                f"parents[{i}] = {p!r}: each parent must be -1 (the committed tip) or the "
+                f"index of an earlier node (< {offset + i}); nodes must be in topological order"
+            )
 
 
 def path_to(parents, node: int) -> list[int]:
@@ -54,7 +57,7 @@ def ancestor_mask(parents) -> torch.Tensor:
 class Tree:
     tokens: list[int]
     parents: list[int]
-    q: torch.Tensor | None = None          # [N, V] draft distributions, or None (point masses)
+    q: torch.Tensor | None = None  # [N, V] draft distributions, or None (point masses)
     source: str = "model"
     draft_logits: torch.Tensor | None = None  # [N, V] the draft model's raw logits (for CoSpec's features)
     children: list[list[int]] = field(init=False, repr=False)
@@ -65,7 +68,7 @@ class Tree:
         check_parents(self.parents)
         if self.q is not None and self.q.shape[0] != len(self.tokens):
             raise ValueError(f"q has {self.q.shape[0]} rows for {len(self.tokens)} nodes")
-        self.children = [[] for _ in range(len(self.tokens) + 1)]   # children[0] = the root's
+        self.children = [[] for _ in range(len(self.tokens) + 1)]  # children[0] = the root's
         for i, p in enumerate(self.parents):
             self.children[p + 1].append(i)
 
@@ -73,7 +76,7 @@ class Tree:
         return len(self.tokens)
 
     @classmethod
-    def chain(cls, tokens, q=None, source="model") -> "Tree":
+    def chain(cls, tokens, q=None, source="model") -> Tree:
         return cls(list(tokens), list(range(-1, len(tokens) - 1)), q, source)
 
     @property

@@ -8,6 +8,7 @@ exactly (accept x with probability p(x); on rejection sample from p with x remov
                                               output and a global one over earlier outputs, frequency
                                               probabilities, a draft length growing with the match length
 """
+
 from __future__ import annotations
 
 from collections import deque
@@ -23,14 +24,14 @@ class _CacheDrafter:
     """reset / draft / observe / check_compatible / max_nodes for drafters that only read tokens."""
 
     def check_compatible(self, target: LM) -> None:
-        pass                                  # token ids only: any target vocabulary works
+        pass  # token ids only: any target vocabulary works
 
     @property
     def max_nodes(self) -> int:
         return self.k
 
     def observe(self, accepted: list[int]) -> None:
-        pass                                  # draft() reads the whole context; nothing to commit
+        pass  # draft() reads the whole context; nothing to commit
 
 
 class PromptLookupDrafter(_CacheDrafter):
@@ -53,9 +54,9 @@ class PromptLookupDrafter(_CacheDrafter):
         cont, self.match_len = [], 0
         for n in range(min(self.max_ngram, L - 1), 0, -1):
             windows = ctx[: L - 1].unfold(0, n, 1) if L - 1 >= n else ctx[:0].view(0, n)
-            hits = (windows == ctx[L - n:]).all(1).nonzero().flatten().tolist()
+            hits = (windows == ctx[L - n :]).all(1).nonzero().flatten().tolist()
             # earliest first; the continuation must exist
-            cont = next((c for start in hits if (c := context[start + n: start + n + self.k])), [])
+            cont = next((c for start in hits if (c := context[start + n : start + n + self.k])), [])
             if cont:
                 self.match_len = n
                 break
@@ -76,7 +77,7 @@ class SuffixTree:
     def _walk_all(self, seq: list[int], delta: int) -> None:
         for i in range(len(seq)):
             node = self.root
-            for t in seq[i: i + self.max_depth]:
+            for t in seq[i : i + self.max_depth]:
                 entry = node.get(t)
                 if entry is None:
                     entry = node[t] = [0, {}]
@@ -110,7 +111,7 @@ class _Cursor:
 
     def __init__(self, tree: SuffixTree, insert: bool):
         self.tree, self.insert = tree, insert
-        self.active: list[dict] = []          # children dicts for suffixes of length 1, 2, ... (shortest first)
+        self.active: list[dict] = []  # children dicts for suffixes of length 1, 2, ... (shortest first)
 
     def append(self, t: int) -> None:
         nxt = []
@@ -118,7 +119,7 @@ class _Cursor:
             entry = node.get(t)
             if entry is None:
                 if not self.insert:
-                    break                     # longer suffixes cannot occur either
+                    break  # longer suffixes cannot occur either
                 entry = node[t] = [0, {}]
             if self.insert:
                 entry[0] += 1
@@ -145,8 +146,15 @@ class SuffixDrafter(_CacheDrafter):
     is the sum of those probabilities, an estimate of its expected accepted length; the source with
     the higher score wins. `last` holds the features of the last draft (for payoff predictors)."""
 
-    def __init__(self, max_depth: int = 32, max_spec: int = 16, factor: float = 1.0, offset: float = 0.0,
-                 min_token_prob: float = 0.1, global_tokens: int = 100_000):
+    def __init__(
+        self,
+        max_depth: int = 32,
+        max_spec: int = 16,
+        factor: float = 1.0,
+        offset: float = 0.0,
+        min_token_prob: float = 0.1,
+        global_tokens: int = 100_000,
+    ):
         if not isinstance(max_depth, int) or max_depth < 1 or not isinstance(max_spec, int) or max_spec < 1:
             raise ValueError(f"max_depth and max_spec must be ints >= 1, got {max_depth!r}, {max_spec!r}")
         if not 0 <= min_token_prob <= 1:
@@ -159,8 +167,8 @@ class SuffixDrafter(_CacheDrafter):
         self.prompt_len = 0
 
     def reset(self, prompt: list[int], sampling: Sampling, gen: torch.Generator) -> None:
-        if self.request is not None:          # the previous request's output joins the global tree
-            self._remember(self.request[self.prompt_len:])
+        if self.request is not None:  # the previous request's output joins the global tree
+            self._remember(self.request[self.prompt_len :])
         self.local = SuffixTree(self.max_depth)
         self.cur_local, self.cur_global = _Cursor(self.local, True), _Cursor(self.global_tree, False)
         self.request, self.prompt_len = [], len(prompt)
@@ -175,7 +183,7 @@ class SuffixDrafter(_CacheDrafter):
             self.global_tree.remove(self.history.popleft())
 
     def draft(self, context: list[int]) -> Tree:
-        for t in context[len(self.request):]:                 # incremental: only the new tokens
+        for t in context[len(self.request) :]:  # incremental: only the new tokens
             self.cur_local.append(t)
             self.cur_global.append(t)
             self.request.append(t)
@@ -188,15 +196,22 @@ class SuffixDrafter(_CacheDrafter):
             tokens, probs, prob = [], [], 1.0
             while node and len(tokens) < limit:
                 total = sum(e[0] for e in node.values())
-                t, (c, children) = max(node.items(), key=lambda kv: (kv[1][0], -kv[0]))   # ties: smaller id
+                t, (c, children) = max(node.items(), key=lambda kv: (kv[1][0], -kv[0]))  # ties: smaller id
                 prob *= c / total
                 if prob < self.min_token_prob:
                     break
-                tokens.append(t); probs.append(prob)
+                tokens.append(t)
+                probs.append(prob)
                 node = children
             if tokens and sum(probs) > best[0]:
                 best = (sum(probs), tokens, probs, m, name)
         score, tokens, probs, m, name = best
-        self.last = dict(score=score, match_len=m, draft_len=len(tokens), tree=name,
-                         probs=probs, position=len(context) - self.prompt_len)
+        self.last = dict(
+            score=score,
+            match_len=m,
+            draft_len=len(tokens),
+            tree=name,
+            probs=probs,
+            position=len(context) - self.prompt_len,
+        )
         return Tree.chain(tokens, None, source="suffix")

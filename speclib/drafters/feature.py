@@ -7,16 +7,17 @@ unchanged. Head slot j holds the pair (feature of position j - 1, token j) and i
 j + 1. A node whose position's feature is committed in the target reads the target's feature (fused);
 a drafted node reads its parent's output state instead (the head's own guess of that feature).
 """
+
 from __future__ import annotations
 
 import torch
 
-from speclib.lms.head import HeadLM
 from speclib.core.protocols import LM, FeatureLM
 from speclib.core.sampling import Sampling
 from speclib.core.tree import Tree
 from speclib.drafters.model import ModelDrafter
 from speclib.drafters.tree import TreeDrafter
+from speclib.lms.head import HeadLM
 
 
 class FeatureDrafter:
@@ -36,8 +37,16 @@ class FeatureDrafter:
     stays lossless: the target verifies over its whole vocabulary, and a token outside `vocab` simply
     has draft probability 0 (the residual distribution gives it its full target probability)."""
 
-    def __init__(self, target: LM, head, k: int = 4, tree: int | None = None, top: int = 4,
-                 sampling: Sampling | None = None, vocab=None):
+    def __init__(
+        self,
+        target: LM,
+        head,
+        k: int = 4,
+        tree: int | None = None,
+        top: int = 4,
+        sampling: Sampling | None = None,
+        vocab=None,
+    ):
         if not isinstance(k, int) or isinstance(k, bool) or k < 1:
             raise ValueError(f"k (draft depth) must be an int >= 1, got {k!r}")
         if tree is not None and (not isinstance(tree, int) or isinstance(tree, bool) or tree < 1):
@@ -49,26 +58,42 @@ class FeatureDrafter:
         target.record_features(head.feature_layers)
         if vocab is not None:
             vocab = torch.as_tensor(vocab).long()
-            if vocab.ndim != 1 or vocab.numel() == 0 or int(vocab.min()) < 0 or int(vocab.max()) >= target.vocab_size \
-                    or vocab.unique().numel() != vocab.numel():
-                raise ValueError(f"vocab must be distinct token ids in [0, {target.vocab_size}), got {vocab.numel()} ids")
+            if (
+                vocab.ndim != 1
+                or vocab.numel() == 0
+                or int(vocab.min()) < 0
+                or int(vocab.max()) >= target.vocab_size
+                or vocab.unique().numel() != vocab.numel()
+            ):
+                raise ValueError(
+                    f"vocab must be distinct token ids in [0, {target.vocab_size}), got {vocab.numel()} ids"
+                )
         self.lm = HeadLM(head, target, vocab)
-        self.inner = (ModelDrafter(self.lm, k, sampling) if tree is None else
-                      TreeDrafter(self.lm, budget=tree, expand="confidence", depth=k, top=top, sampling=sampling))
+        self.inner = (
+            ModelDrafter(self.lm, k, sampling)
+            if tree is None
+            else TreeDrafter(self.lm, budget=tree, expand="confidence", depth=k, top=top, sampling=sampling)
+        )
 
     def _check_target(self, target) -> None:
         if not isinstance(target, FeatureLM):
-            raise ValueError(f"FeatureDrafter needs a target with the FeatureLM capability (speclib.core.protocols): "
-                             f"{type(target).__name__} does not hand out hidden features; use LlamaLM, HFLM or HybridLM")
+            raise ValueError(
+                f"FeatureDrafter needs a target with the FeatureLM capability (speclib.core.protocols): "
+                f"{type(target).__name__} does not hand out hidden features; use LlamaLM, HFLM or HybridLM"
+            )
         c = self.head.config
         mine = target.weights_fingerprint()
         if c.get("fingerprint") != mine:
-            raise ValueError(f"this head was trained for {c.get('target')!r} (weights fingerprint {c.get('fingerprint')}), "
-                             f"not for this target (fingerprint {mine}): load the head trained for it, or train one "
-                             f"with `python -m speclib train head TARGET`")
+            raise ValueError(
+                f"this head was trained for {c.get('target')!r} (weights fingerprint {c.get('fingerprint')}), "
+                f"not for this target (fingerprint {mine}): load the head trained for it, or train one "
+                f"with `python -m speclib train head TARGET`"
+            )
         if c["vocab_size"] != target.vocab_size or c["hidden_size"] != target.hidden_size:
-            raise ValueError(f"head shape (vocab {c['vocab_size']}, hidden {c['hidden_size']}) does not fit the "
-                             f"target (vocab {target.vocab_size}, hidden {target.hidden_size})")
+            raise ValueError(
+                f"head shape (vocab {c['vocab_size']}, hidden {c['hidden_size']}) does not fit the "
+                f"target (vocab {target.vocab_size}, hidden {target.hidden_size})"
+            )
 
     @property
     def max_nodes(self) -> int:
@@ -80,14 +105,18 @@ class FeatureDrafter:
 
     def check_compatible(self, target: LM) -> None:
         if target is not self.target:
-            raise ValueError("this FeatureDrafter reads the features of the target it was built with; "
-                             "build one for this target: FeatureDrafter(target, head)")
+            raise ValueError(
+                "this FeatureDrafter reads the features of the target it was built with; "
+                "build one for this target: FeatureDrafter(target, head)"
+            )
         self._check_target(target)
 
     def reset(self, prompt: list[int], sampling: Sampling, gen: torch.Generator) -> None:
         if self.target.feature_layers != self.head.feature_layers:
-            raise RuntimeError(f"the target records features {self.target.feature_layers}, the head reads "
-                               f"{self.head.feature_layers}: one target serves one FeatureDrafter at a time")
+            raise RuntimeError(
+                f"the target records features {self.target.feature_layers}, the head reads "
+                f"{self.head.feature_layers}: one target serves one FeatureDrafter at a time"
+            )
         if self.target.committed_features(0).shape[0] != len(prompt):
             raise RuntimeError("FeatureDrafter.reset: reset the target on the prompt first (generate does)")
         self.inner.reset(prompt, sampling, gen)

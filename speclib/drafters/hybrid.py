@@ -32,6 +32,7 @@ accept; `nodes` is its size.
 Cache drafters that learn from verify passes (Token Recycling: `VerifyObserver`) are handed every pass,
 whichever source drafted the verified tree.
 """
+
 from __future__ import annotations
 
 import time
@@ -45,8 +46,23 @@ from speclib.core.sampling import Sampling
 from speclib.core.tree import Tree
 
 POLICIES = ("model", "cache", "arctic", "sam", "hvd", "oracle")
-FEATURES = ("suffix_source", "score", "match_len", "draft_len", "p_first", "p_last", "p_mean", "position",
-            "global_tree", "agree", "other_len", "source_recent", "recycling_source", "rest_source", "nodes")
+FEATURES = (
+    "suffix_source",
+    "score",
+    "match_len",
+    "draft_len",
+    "p_first",
+    "p_last",
+    "p_mean",
+    "position",
+    "global_tree",
+    "agree",
+    "other_len",
+    "source_recent",
+    "recycling_source",
+    "rest_source",
+    "nodes",
+)
 
 
 def feature_matrix(logs) -> np.ndarray:
@@ -67,6 +83,7 @@ class Costs:
     """Seconds: verify_s[n] one step verifying n tokens (n = 1..max), model_token_s one model-drafter
     token, cache_s one cache draft. Measure them (`fitted` through a benchmark, `from_steps` from the
     loop's own logs)."""
+
     verify_s: dict[int, float]
     model_token_s: float
     cache_s: float = 0.0
@@ -75,7 +92,7 @@ class Costs:
         return self.verify_s[min(max(n, 1), max(self.verify_s))]
 
     @classmethod
-    def fitted(cls, ns, seconds, model_token_s: float, cache_s: float = 0.0, n_max: int | None = None) -> "Costs":
+    def fitted(cls, ns, seconds, model_token_s: float, cache_s: float = 0.0, n_max: int | None = None) -> Costs:
         """verify_s[1..n_max] (default: the largest n measured) from a least-squares line a + b (n - 1),
         b >= 0, through measured T(n): on a shared machine single medians are noisy enough to make 16
         tokens look cheaper than 4."""
@@ -87,7 +104,7 @@ class Costs:
         return cls({n: float(a + b * (n - 1)) for n in range(1, n_max + 1)}, model_token_s, cache_s)
 
     @classmethod
-    def from_steps(cls, steps, min_count: int = 20) -> "Costs":
+    def from_steps(cls, steps, min_count: int = 20) -> Costs:
         """Costs as the decoding loop itself paid them, from logged steps (`Generation.stats.steps` of
         cache-drafted and model-drafted runs). verify_s[n], n = drafted + 1: the median verify_s of the
         steps of that size where at least `min_count` were seen, else the line fitted through those
@@ -100,13 +117,16 @@ class Costs:
         for s in steps:
             if s["drafted"]:
                 by_n.setdefault(s["drafted"] + 1, []).append(s["verify_s"])
-                (model if s["source"] == "model" else cache).append(s["draft_s"] / (s["drafted"] if s["source"] == "model" else 1))
+                (model if s["source"] == "model" else cache).append(
+                    s["draft_s"] / (s["drafted"] if s["source"] == "model" else 1)
+                )
         ns = sorted(n for n, v in by_n.items() if len(v) >= min_count)
         if len(ns) < 2 or not model:
             raise ValueError(f"need model-drafted steps and >= 2 draft sizes seen >= {min_count} times, got sizes {ns}")
         med = {n: float(np.median(by_n[n])) for n in ns}
-        out = cls.fitted(ns, list(med.values()), float(np.median(model)), float(np.median(cache)) if cache else 0.0,
-                         n_max=max(by_n))
+        out = cls.fitted(
+            ns, list(med.values()), float(np.median(model)), float(np.median(cache)) if cache else 0.0, n_max=max(by_n)
+        )
         out.verify_s.update(med)
         return out
 
@@ -126,13 +146,20 @@ class PayoffPredictor:
     A feature constant in the training logs carries no information and is ignored: standardising it
     by its (zero) spread would turn any other value met while decoding into an enormous input."""
 
-    def __init__(self, hidden: int = 32, steps: int = 600, lr: float = 1e-2, weight_decay: float = 1e-3,
-                 val_frac: float = 0.2, seed: int = 0):
+    def __init__(
+        self,
+        hidden: int = 32,
+        steps: int = 600,
+        lr: float = 1e-2,
+        weight_decay: float = 1e-3,
+        val_frac: float = 0.2,
+        seed: int = 0,
+    ):
         self.hidden, self.steps, self.lr, self.seed = hidden, steps, lr, seed
         self.weight_decay, self.val_frac = weight_decay, val_frac
         self.weights: list[np.ndarray] | None = None
 
-    def fit(self, X: np.ndarray, accepted: np.ndarray) -> "PayoffPredictor":
+    def fit(self, X: np.ndarray, accepted: np.ndarray) -> PayoffPredictor:
         """X [n, len(FEATURES)]; accepted [n] ints, 0 <= accepted <= draft_len."""
         X, y = np.asarray(X, float), np.asarray(accepted)
         if len(X) < 2 or X.ndim != 2 or X.shape[1] != len(FEATURES):
@@ -142,17 +169,19 @@ class PayoffPredictor:
             raise ValueError("accepted must hold one integer per row, between 0 and that row's draft_len")
         self.L = max(1, int(n.max()))
         self.mu, sd = X.mean(0), X.std(0)
-        self.scale = np.divide(1, sd, out=np.zeros_like(sd), where=sd > 1e-9)     # 0: ignored
+        self.scale = np.divide(1, sd, out=np.zeros_like(sd), where=sd > 1e-9)  # 0: ignored
         pos = np.arange(1, self.L + 1)
-        reached = (pos[None] <= np.minimum(y + 1, n)[:, None])                   # position l was verified
-        target = torch.tensor(pos[None] <= y[:, None], dtype=torch.float32)      # and accepted
+        reached = pos[None] <= np.minimum(y + 1, n)[:, None]  # position l was verified
+        target = torch.tensor(pos[None] <= y[:, None], dtype=torch.float32)  # and accepted
         mask = torch.tensor(reached, dtype=torch.float32)
         g = torch.Generator().manual_seed(self.seed)
         sizes = [X.shape[1], self.hidden, self.hidden, self.L]
         params = []
         for i, o in zip(sizes, sizes[1:]):
-            params += [(torch.randn(i, o, generator=g) * (2 / i) ** 0.5).requires_grad_(),
-                       torch.zeros(o, requires_grad=True)]
+            params += [
+                (torch.randn(i, o, generator=g) * (2 / i) ** 0.5).requires_grad_(),
+                torch.zeros(o, requires_grad=True),
+            ]
         xt = torch.tensor((X - self.mu) * self.scale, dtype=torch.float32)
         # early stopping on a held-out share of the rows: the hazards of late positions rest on few
         # drafts and overfit quickly
@@ -174,7 +203,9 @@ class PayoffPredictor:
             fit, held = losses()
             if not val.any() or held.item() < best:
                 best, self.weights = held.item(), [p.detach().numpy().astype(np.float64) for p in params]
-            opt.zero_grad(); fit.backward(); opt.step()
+            opt.zero_grad()
+            fit.backward()
+            opt.step()
         return self
 
     def survival(self, X: np.ndarray) -> np.ndarray:
@@ -204,6 +235,7 @@ class PayoffPredictor:
 @dataclass
 class _Recent:
     """Exponential moving averages of per-token acceptance per draft source (Tree.source)."""
+
     decay: float = 0.9
     rate: dict = field(default_factory=dict)
 
@@ -241,9 +273,17 @@ def accepted_greedy(tree: Tree, future: list[int]) -> int:
 
 
 class HybridDrafter:
-    def __init__(self, cache, model, policy: str = "hvd", predictor: PayoffPredictor | None = None,
-                 costs: Costs | None = None, reference: list[int] | None = None, model_prior: float = 0.5,
-                 cut: bool = True):
+    def __init__(
+        self,
+        cache,
+        model,
+        policy: str = "hvd",
+        predictor: PayoffPredictor | None = None,
+        costs: Costs | None = None,
+        reference: list[int] | None = None,
+        model_prior: float = 0.5,
+        cut: bool = True,
+    ):
         if policy not in POLICIES:
             raise ValueError(f"policy must be one of {POLICIES}, got {policy!r}")
         if policy == "hvd" and (predictor is None or costs is None):
@@ -251,7 +291,9 @@ class HybridDrafter:
         if policy == "oracle" and reference is None:
             raise ValueError("policy 'oracle' needs the target's greedy continuation as `reference`")
         if not 0 <= model_prior < 1:
-            raise ValueError(f"model_prior (per-token acceptance of the model drafter) must lie in [0, 1), got {model_prior!r}")
+            raise ValueError(
+                f"model_prior (per-token acceptance of the model drafter) must lie in [0, 1), got {model_prior!r}"
+            )
         self.caches = list(cache) if isinstance(cache, (list, tuple)) else [cache]
         if not self.caches:
             raise ValueError("give at least one cache drafter")
@@ -261,8 +303,8 @@ class HybridDrafter:
         self._models = [] if model is None else [model]
         self._observers = [c for c in self.caches if isinstance(c, VerifyObserver)]
         self.predictor, self.costs, self.reference = predictor, costs, reference
-        self.model_prior = model_prior          # where the model's running acceptance starts each request
-        self.cut = cut                          # False: verify cache candidates whole
+        self.model_prior = model_prior  # where the model's running acceptance starts each request
+        self.cut = cut  # False: verify cache candidates whole
 
     @property
     def max_nodes(self) -> int:
@@ -277,7 +319,7 @@ class HybridDrafter:
             raise ValueError("the hindsight oracle is defined for greedy decoding only")
         for c in self.caches + self._models:
             c.reset(prompt, sampling, gen)
-        self._scored = [isinstance(c, ScoredDrafter) for c in self.caches]     # `last` may appear at reset
+        self._scored = [isinstance(c, ScoredDrafter) for c in self.caches]  # `last` may appear at reset
         self.prompt_len, self.recent, self.log = len(prompt), _Recent(), []
         self.recent.rate["model"] = self.model_prior
         self._peek = None
@@ -296,11 +338,26 @@ class HybridDrafter:
         others = [s for j, s in enumerate(self._spines) if j != i]
         agree = max((_common_prefix(self._spines[i], o) for o in others), default=0)
         other_len = max((len(o) for o in others), default=0)
-        return np.array([float(cand.source == "suffix"), last.get("score", float(len(cand))),
-                         last.get("match_len", 0), self._depth[i], probs[0], probs[-1],
-                         float(np.mean(probs)), len(context) - self.prompt_len, float(last.get("tree") == "global"),
-                         agree, other_len, self.recent.get(cand.source), float(cand.source == "recycling"),
-                         float(cand.source == "rest"), len(cand)], dtype=float)
+        return np.array(
+            [
+                float(cand.source == "suffix"),
+                last.get("score", float(len(cand))),
+                last.get("match_len", 0),
+                self._depth[i],
+                probs[0],
+                probs[-1],
+                float(np.mean(probs)),
+                len(context) - self.prompt_len,
+                float(last.get("tree") == "global"),
+                agree,
+                other_len,
+                self.recent.get(cand.source),
+                float(cand.source == "recycling"),
+                float(cand.source == "rest"),
+                len(cand),
+            ],
+            dtype=float,
+        )
 
     def draft(self, context: list[int]) -> Tree:
         t0 = time.perf_counter()
@@ -310,15 +367,22 @@ class HybridDrafter:
         best, use_cache = self._choose(X, context)
         if use_cache:
             tree = self._cands[best]
-            if self._keep is not None and self._keep < len(tree) and tree.is_chain:   # a point-mass chain: cut it
+            if self._keep is not None and self._keep < len(tree) and tree.is_chain:  # a point-mass chain: cut it
                 tree = Tree.chain(tree.tokens[: self._keep], None, source=tree.source)
-        elif self.model is None:                # no model drafter: a plain step
+        elif self.model is None:  # no model drafter: a plain step
             tree = Tree([], [], None, source="none")
-        else:                                   # the oracle may already have drafted from the model
+        else:  # the oracle may already have drafted from the model
             tree = self._peek if self._peek is not None else self.model.draft(context)
         self._used = tree.source if use_cache else "model" if self.model is not None else "none"
-        self.log.append(dict(zip(FEATURES, X[best].tolist()), source="cache" if use_cache else self._used,
-                             cache_source=self._cands[best].source, drafted=len(tree), cache_s=self._cache_s))
+        self.log.append(
+            dict(
+                zip(FEATURES, X[best].tolist()),
+                source="cache" if use_cache else self._used,
+                cache_source=self._cands[best].source,
+                drafted=len(tree),
+                cache_s=self._cache_s,
+            )
+        )
         return tree
 
     def _choose(self, X: np.ndarray, context: list[int]) -> tuple[int, bool]:
@@ -336,31 +400,31 @@ class HybridDrafter:
         if self.policy == "oracle":
             return self._oracle(context)
         c = self.costs
-        gain = np.cumsum(self.predictor.survival(X), 1)             # [i, m - 1]: expected payoff of m tokens
+        gain = np.cumsum(self.predictor.survival(X), 1)  # [i, m - 1]: expected payoff of m tokens
         best, rate = 0, -1.0
         for i, cand in enumerate(self._cands):
             if not len(cand):
                 continue
-            if not cand.is_chain:               # a tree: whole, its expected accepted depth for its size
+            if not cand.is_chain:  # a tree: whole, its expected accepted depth for its size
                 r = (gain[i, self._depth[i] - 1] + 1) / (self._cache_s + c.verify(len(cand) + 1))
                 if r > rate:
                     best, rate, self._keep = i, r, None
                 continue
-            for m in (range(1, len(cand) + 1) if self.cut else [len(cand)]):
+            for m in range(1, len(cand) + 1) if self.cut else [len(cand)]:
                 r = (gain[i, m - 1] + 1) / (self._cache_s + c.verify(m + 1))
                 if r > rate:
                     best, rate, self._keep = i, r, m
-        if self.model is None:                  # the alternative: a plain step, one token per pass
+        if self.model is None:  # the alternative: a plain step, one token per pass
             return best, bool(rate > 1 / (self._cache_s + c.verify(1)))
         a, k = min(self.recent.get("model"), 0.999), self.model.max_nodes
-        e_model = (a - a ** (k + 1)) / (1 - a)                     # expected accepted, i.i.d. a
+        e_model = (a - a ** (k + 1)) / (1 - a)  # expected accepted, i.i.d. a
         rate_model = (e_model + 1) / (self._cache_s + k * c.model_token_s + c.verify(k + 1))
         return best, bool(rate > rate_model)
 
     def _oracle(self, context: list[int]) -> tuple[int, bool]:
-        future = self.reference[len(context) - self.prompt_len:]
+        future = self.reference[len(context) - self.prompt_len :]
         accepted = [accepted_greedy(t, future) for t in self._cands]
-        best = int(np.argmax(accepted))         # ties: the earlier cache
+        best = int(np.argmax(accepted))  # ties: the earlier cache
         # the model draft is computed for the comparison only when no cache draft is already perfect
         if (accepted[best] == self._depth[best] and accepted[best] > 0) or self.model is None:
             return best, accepted[best] > 0
@@ -377,7 +441,7 @@ class HybridDrafter:
         self.recent.update(self._used, len(accepted), step["drafted"])
         if self._used == "model":
             self.model.observe(accepted)
-        elif self._peek is not None:            # an oracle peek that lost: drop it, keep the fed tail
+        elif self._peek is not None:  # an oracle peek that lost: drop it, keep the fed tail
             self.model.observe([])
         self._peek = None
         for c in self.caches:

@@ -11,22 +11,24 @@ there is no second model to train or keep in memory. An `ExitAdapter` (a norm an
 low-rank residual) sits before the target's frozen final norm and LM head and is trained to bring
 the subset's next-token distribution closer to the full model's; the target's weights are untouched.
 """
-from __future__ import annotations
 
+from __future__ import annotations
 
 import torch
 
-from speclib.lms.hybrid import HybridLM, check_layers
 from speclib.core.sampling import Sampling
 from speclib.drafters.model import ModelDrafter
+from speclib.lms.hybrid import HybridLM, check_layers
 
 KINDS = ("all", "linear", "linear_early_exit", "every_other", "first_n")
 
 
 def _hybrid(target, who: str) -> HybridLM:
     if not isinstance(target, HybridLM):
-        raise TypeError(f"{who} needs a hybrid LM (speclib.lms.hybrid.HybridLM), got {type(target).__name__}: "
-                        f"layer-subset self-drafts are views of its decoder layers")
+        raise TypeError(
+            f"{who} needs a hybrid LM (speclib.lms.hybrid.HybridLM), got {type(target).__name__}: "
+            f"layer-subset self-drafts are views of its decoder layers"
+        )
     return target
 
 
@@ -69,8 +71,14 @@ class LayerSkipDrafter(ModelDrafter):
     `subset`), optionally through an `ExitAdapter`. It shares the target's weights and keeps its own
     caches and recurrent states; the target verifies, so the output is the target's exactly."""
 
-    def __init__(self, target: HybridLM, layers, k: int = 4, exit: torch.nn.Module | None = None,
-                 sampling: Sampling | None = None):
+    def __init__(
+        self,
+        target: HybridLM,
+        layers,
+        k: int = 4,
+        exit: torch.nn.Module | None = None,
+        sampling: Sampling | None = None,
+    ):
         _hybrid(target, "LayerSkipDrafter")
         self.layers = check_layers(layers, len(target.is_gdn))
         super().__init__(target.view(layers=self.layers, exit=exit), k, sampling)
@@ -92,11 +100,9 @@ class ExitAdapter(torch.nn.Module):
         self.down = torch.nn.Linear(hidden, rank, bias=False)
         self.up = torch.nn.Linear(rank, hidden, bias=False)
         with torch.no_grad():
-            self.down.weight.normal_(0.0, hidden ** -0.5, generator=torch.Generator().manual_seed(seed))
+            self.down.weight.normal_(0.0, hidden**-0.5, generator=torch.Generator().manual_seed(seed))
         torch.nn.init.zeros_(self.up.weight)
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         x = h.float()
         return (x + self.up(self.down(self.norm(x)))).to(h.dtype)
-
-

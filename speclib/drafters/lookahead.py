@@ -21,6 +21,7 @@ Its cost per step: one target pass over 1 + up to (W + G)(N - 1) tokens. On hard
 costs the same for 1 and for 60 tokens (a GPU at batch 1) the lookahead branch is free; on a CPU it is
 not, so W, N and G must come from the cost model (notebooks 02 and 07).
 """
+
 from __future__ import annotations
 
 import random
@@ -41,16 +42,30 @@ class Lookahead:
     carries over between requests (the window always restarts from the prompt); seed: the window's
     first guesses are tokens drawn from the prompt with this seed (the run's generator is left alone)."""
 
-    def __init__(self, window: int = 4, ngram: int = 4, guesses: int = 4, pool_per_key: int = 16,
-                 shared: bool = False, seed: int = 0):
-        for name, v, lo in (("window", window, 1), ("ngram", ngram, 2), ("guesses", guesses, 0), ("pool_per_key", pool_per_key, 1)):
+    def __init__(
+        self,
+        window: int = 4,
+        ngram: int = 4,
+        guesses: int = 4,
+        pool_per_key: int = 16,
+        shared: bool = False,
+        seed: int = 0,
+    ):
+        for name, v, lo in (
+            ("window", window, 1),
+            ("ngram", ngram, 2),
+            ("guesses", guesses, 0),
+            ("pool_per_key", pool_per_key, 1),
+        ):
             if not isinstance(v, int) or isinstance(v, bool) or v < lo:
                 raise ValueError(f"{name} must be an int >= {lo}, got {v!r}")
         if guesses > pool_per_key:
-            raise ValueError(f"guesses ({guesses}) cannot exceed pool_per_key ({pool_per_key}): they come from the pool")
+            raise ValueError(
+                f"guesses ({guesses}) cannot exceed pool_per_key ({pool_per_key}): they come from the pool"
+            )
         self.window, self.ngram, self.guesses, self.pool_per_key = window, ngram, guesses, pool_per_key
         self.shared, self.seed = shared, seed
-        self.pool: dict[int, OrderedDict] = {}          # first token -> OrderedDict(continuation tuple -> None)
+        self.pool: dict[int, OrderedDict] = {}  # first token -> OrderedDict(continuation tuple -> None)
         self.diagonals: list[list[int]] = []
 
     @property
@@ -58,7 +73,7 @@ class Lookahead:
         return (self.window + self.guesses) * (self.ngram - 1)
 
     def check_compatible(self, target: LM) -> None:
-        pass                                            # token ids only
+        pass  # token ids only
 
     def reset(self, prompt: list[int], sampling: Sampling, gen: torch.Generator) -> None:
         if not prompt:
@@ -86,13 +101,14 @@ class Lookahead:
     def draft(self, context: list[int]) -> Tree:
         tokens: list[int] = []
         parents: list[int] = []
-        node: dict[tuple[int, int], int] = {}           # (parent, token) -> node: the trie
+        node: dict[tuple[int, int], int] = {}  # (parent, token) -> node: the trie
 
         def child(parent: int, token: int) -> int:
             key = (parent, token)
             if key not in node:
                 node[key] = len(tokens)
-                tokens.append(token); parents.append(parent)
+                tokens.append(token)
+                parents.append(parent)
             return node[key]
 
         for cont in self.candidates(context[-1]):
@@ -105,7 +121,7 @@ class Lookahead:
             p = trunk
             for t in diag[1:]:
                 p = child(p, t)
-            self._ends.append(p)                         # the node after which the next guess is scored
+            self._ends.append(p)  # the node after which the next guess is scored
         self._tokens = tokens
         return Tree(tokens, parents, None, source="lookahead")
 
@@ -122,4 +138,4 @@ class Lookahead:
             del diag[0]
 
     def observe(self, accepted: list[int]) -> None:
-        pass                                            # the pool and window moved in observe_verify
+        pass  # the pool and window moved in observe_verify

@@ -1,4 +1,5 @@
 """A smaller LM drafting a chain of k tokens, sampled from its processed distribution q."""
+
 from __future__ import annotations
 
 import torch
@@ -16,7 +17,7 @@ class LMDrafter:
 
     def __init__(self, lm: LM, sampling: Sampling | None):
         self.lm = lm
-        self.sampling_override = sampling       # None: use the target's (set by reset())
+        self.sampling_override = sampling  # None: use the target's (set by reset())
         self.tree: Tree | None = None
 
     def check_compatible(self, target: LM) -> None:
@@ -29,7 +30,7 @@ class LMDrafter:
     def reset(self, prompt: list[int], sampling: Sampling, gen: torch.Generator) -> None:
         """Prefill the draft; draft with the target's sampling (unless given one) and the run's generator."""
         self.lm.reset(prompt)
-        self.fed = len(prompt)          # tokens in the draft's committed cache
+        self.fed = len(prompt)  # tokens in the draft's committed cache
         self.sampling, self.gen = self.sampling_override or sampling, gen
         self.tree = None
 
@@ -56,13 +57,15 @@ class ModelDrafter(LMDrafter):
         return self.k
 
     def draft(self, context: list[int]) -> Tree:
-        tail = context[self.fed:]
+        tail = context[self.fed :]
         logits = self.lm.extend(tail, list(range(-1, len(tail) - 1)))[-1]
         tokens, qs, raw = [], [], []
         for i in range(self.k):
             q = probs(logits, self.sampling)
             x = sample(q, self.gen) if not self.sampling.greedy else int(q.argmax())
-            tokens.append(x); qs.append(q); raw.append(logits)
+            tokens.append(x)
+            qs.append(q)
+            raw.append(logits)
             if i + 1 < self.k:
                 logits = self.lm.extend([x], [len(tail) + i - 1])[0]
         self.n_tail = len(tail)
@@ -82,7 +85,10 @@ class SelfDrafter(ModelDrafter):
 
     def __init__(self, target: LM, k: int = 4, sampling: Sampling | None = None):
         from speclib.lms.hybrid import HybridLM
+
         if not isinstance(target, HybridLM):
-            raise TypeError(f"SelfDrafter needs a hybrid LM (speclib.lms.hybrid.HybridLM), got "
-                            f"{type(target).__name__}: an attention-only model has no linear subgraph")
+            raise TypeError(
+                f"SelfDrafter needs a hybrid LM (speclib.lms.hybrid.HybridLM), got "
+                f"{type(target).__name__}: an attention-only model has no linear subgraph"
+            )
         super().__init__(target.view(skip_attention=True), k, sampling)

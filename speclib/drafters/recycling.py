@@ -9,6 +9,7 @@ datastore: the matrix costs V * k int32 (1.5 MB for SmolLM2's 49,152 tokens at k
 
 The draft is deterministic (q = None, point masses), so `Lossless` verifies it exactly at any temperature.
 """
+
 from __future__ import annotations
 
 import heapq
@@ -34,12 +35,13 @@ def recycling_template(nodes: int, rank_accept) -> tuple[list[int], list[int]]:
     if not a or any(not 0 <= x <= 1 for x in a):
         raise ValueError(f"rank_accept must be probabilities in [0, 1], one per rank, got {rank_accept!r}")
     parents, ranks = [], []
-    heap = [(-a[j], j, -1, j) for j in range(len(a)) if a[j] > 0]    # (-value, tie order, parent, rank)
+    heap = [(-a[j], j, -1, j) for j in range(len(a)) if a[j] > 0]  # (-value, tie order, parent, rank)
     order = len(heap)
     heapq.heapify(heap)
     while heap and len(parents) < nodes:
         v, _, parent, rank = heapq.heappop(heap)
-        parents.append(parent); ranks.append(rank)
+        parents.append(parent)
+        ranks.append(rank)
         for j in range(len(a)):
             if a[j] > 0:
                 heapq.heappush(heap, (v * a[j], order, len(parents) - 1, j))
@@ -73,7 +75,7 @@ class TokenRecycling:
     """
 
     # the default template's rank_accept: a geometric guess, replaced by measured counts in the notebooks
-    DEFAULT_RANK_ACCEPT = tuple(0.5 * 0.5 ** j for j in range(8))
+    DEFAULT_RANK_ACCEPT = tuple(0.5 * 0.5**j for j in range(8))
 
     def __init__(self, top_k: int = 8, nodes: int = 24, rank_accept=None, shared: bool = True):
         if not isinstance(top_k, int) or top_k < 1:
@@ -82,13 +84,15 @@ class TokenRecycling:
             raise ValueError(f"nodes must be an int >= 1 (the tree's size), got {nodes!r}")
         a = list(self.DEFAULT_RANK_ACCEPT[:top_k] if rank_accept is None else rank_accept)
         if not 0 < len(a) <= top_k or any(not 0 <= x <= 1 for x in a) or not any(a):
-            raise ValueError(f"rank_accept must be 1 to top_k = {top_k} probabilities in [0, 1], not all 0 (the "
-                             f"chance the target takes a token's j-th candidate), got {rank_accept!r}")
+            raise ValueError(
+                f"rank_accept must be 1 to top_k = {top_k} probabilities in [0, 1], not all 0 (the "
+                f"chance the target takes a token's j-th candidate), got {rank_accept!r}"
+            )
         a += [0.0] * (top_k - len(a))
         self.top_k, self.shared = top_k, shared
         self.parents, self.ranks = recycling_template(nodes, a)
         self.rank_accept = tuple(a)
-        self.matrix: np.ndarray | None = None          # [V, top_k] int32, -1 = no candidate yet
+        self.matrix: np.ndarray | None = None  # [V, top_k] int32, -1 = no candidate yet
         self.rank_counts = np.zeros(top_k + 1, dtype=np.int64)
 
     @property
@@ -101,24 +105,27 @@ class TokenRecycling:
 
     def reset(self, prompt: list[int], sampling: Sampling, gen: torch.Generator) -> None:
         if self.matrix is None:
-            raise RuntimeError("TokenRecycling.reset before check_compatible(target): the matrix needs the "
-                               "target's vocabulary size (speclib.generate calls it)")
+            raise RuntimeError(
+                "TokenRecycling.reset before check_compatible(target): the matrix needs the "
+                "target's vocabulary size (speclib.generate calls it)"
+            )
         if not self.shared:
             self.matrix.fill(-1)
         self.last: dict = {}
 
     def draft(self, context: list[int]) -> Tree:
         M, root = self.matrix, context[-1]
-        kept = {-1: -1}                          # template index -> tree index (-1: the root)
+        kept = {-1: -1}  # template index -> tree index (-1: the root)
         tokens, parents, node_tokens = [], [], {-1: root}
         for i, (p, r) in enumerate(zip(self.parents, self.ranks)):
             if p not in kept:
-                continue                         # its parent had no candidate
+                continue  # its parent had no candidate
             t = int(M[node_tokens[p], r])
             if t < 0:
                 continue
             kept[i], node_tokens[i] = len(tokens), t
-            tokens.append(t); parents.append(kept[p])
+            tokens.append(t)
+            parents.append(kept[p])
         # score: the expected accepted tokens of the nodes kept, under the template's rank_accept
         score = expected_accepted(parents, [self.ranks[i] for i in kept if i >= 0], self.rank_accept)
         self.last = dict(score=score, match_len=0, draft_len=len(tokens))
@@ -144,11 +151,11 @@ class TokenRecycling:
         self.matrix[ids] = top[order]
 
     def observe(self, accepted: list[int]) -> None:
-        pass                                     # the matrix was updated by observe_verify
+        pass  # the matrix was updated by observe_verify
 
     def fitted_rank_accept(self) -> tuple[float, ...]:
         """P(the target's next token is the j-th candidate), j < top_k, from rank_counts."""
         total = self.rank_counts.sum()
         if not total:
             raise ValueError("no verify pass observed yet: run the drafter (speclib.generate) first")
-        return tuple(float(c) / total for c in self.rank_counts[:self.top_k])
+        return tuple(float(c) / total for c in self.rank_counts[: self.top_k])

@@ -8,6 +8,7 @@ and drafts the `nodes` most frequent prefixes as a tree. The draft is determinis
 
     python -m speclib datastore build TARGET OUT [--source chat|prompts|stdlib] [--n 320]   # build, save
 """
+
 from __future__ import annotations
 
 import heapq
@@ -29,7 +30,7 @@ def _pair_ranks(first: np.ndarray, second_of: np.ndarray, offset: int) -> np.nda
     n = len(first)
     second = np.full(n, -1, dtype=np.int64)
     if offset < n:
-        second[:n - offset] = second_of[offset:]
+        second[: n - offset] = second_of[offset:]
     order = np.lexsort((second, first))
     a, b = first[order], second[order]
     change = np.ones(n, dtype=bool)
@@ -86,13 +87,14 @@ class Datastore:
         return path
 
     @classmethod
-    def load(cls, path) -> "Datastore":
+    def load(cls, path) -> Datastore:
         try:
             with np.load(Path(path)) as z:
                 return cls(z["tokens"], int(z["max_len"]), z["sa"])
         except (OSError, KeyError, ValueError) as e:
-            raise ValueError(f"cannot read a datastore from {path}: {e} (build one: python -m speclib datastore "
-                             f"build TARGET OUT)") from e
+            raise ValueError(
+                f"cannot read a datastore from {path}: {e} (build one: python -m speclib datastore build TARGET OUT)"
+            ) from e
 
     def _bound(self, s: list[int], upper: bool) -> int:
         """First suffix-array index whose suffix's first len(s) tokens are >= s (> s when upper)."""
@@ -101,7 +103,7 @@ class Datastore:
         while lo < hi:
             mid = (lo + hi) // 2
             p = int(self.sa[mid])
-            cur = tuple(toks[p:p + m].tolist())
+            cur = tuple(toks[p : p + m].tolist())
             if cur < key or (upper and cur == key):
                 lo = mid + 1
             else:
@@ -127,17 +129,31 @@ class RestDrafter:
     max_candidates   occurrences read per draft (the first in position order: a fixed, cheap sample).
     """
 
-    def __init__(self, datastore: Datastore, max_suffix: int = 8, min_suffix: int = 2, depth: int = 6,
-                 nodes: int = 16, max_candidates: int = 200):
+    def __init__(
+        self,
+        datastore: Datastore,
+        max_suffix: int = 8,
+        min_suffix: int = 2,
+        depth: int = 6,
+        nodes: int = 16,
+        max_candidates: int = 200,
+    ):
         if not isinstance(datastore, Datastore):
             raise TypeError(f"datastore must be a speclib.drafters.rest.Datastore, got {type(datastore).__name__}")
-        for name, v in (("max_suffix", max_suffix), ("min_suffix", min_suffix), ("depth", depth), ("nodes", nodes),
-                        ("max_candidates", max_candidates)):
+        for name, v in (
+            ("max_suffix", max_suffix),
+            ("min_suffix", min_suffix),
+            ("depth", depth),
+            ("nodes", nodes),
+            ("max_candidates", max_candidates),
+        ):
             if not isinstance(v, int) or v < 1:
                 raise ValueError(f"{name} must be an int >= 1, got {v!r}")
         if not min_suffix <= max_suffix <= datastore.max_len:
-            raise ValueError(f"need min_suffix ({min_suffix}) <= max_suffix ({max_suffix}) <= the datastore's "
-                             f"max_len ({datastore.max_len})")
+            raise ValueError(
+                f"need min_suffix ({min_suffix}) <= max_suffix ({max_suffix}) <= the datastore's "
+                f"max_len ({datastore.max_len})"
+            )
         self.store, self.max_suffix, self.min_suffix = datastore, max_suffix, min_suffix
         self.depth, self.nodes, self.max_candidates = depth, nodes, max_candidates
         self.last: dict = {}
@@ -149,23 +165,25 @@ class RestDrafter:
     def check_compatible(self, target: LM) -> None:
         top = int(self.store.tokens.max())
         if top >= target.vocab_size:
-            raise ValueError(f"the datastore holds token id {top}, outside the target's vocabulary of "
-                             f"{target.vocab_size}: it was built with another tokenizer")
+            raise ValueError(
+                f"the datastore holds token id {top}, outside the target's vocabulary of "
+                f"{target.vocab_size}: it was built with another tokenizer"
+            )
 
     def reset(self, prompt: list[int], sampling: Sampling, gen: torch.Generator) -> None:
         self.last = {}
 
     def observe(self, accepted: list[int]) -> None:
-        pass                                     # the datastore is static
+        pass  # the datastore is static
 
     def continuations(self, context: list[int]) -> tuple[int, list[list[int]]]:
         """(match length, continuation lists) for the longest context suffix found with a continuation."""
         toks, n = self.store.tokens, len(self.store.tokens)
         for m in range(min(self.max_suffix, len(context)), self.min_suffix - 1, -1):
             starts = self.store.occurrences(list(context[-m:]))
-            starts = starts[starts + m < n][:self.max_candidates]
+            starts = starts[starts + m < n][: self.max_candidates]
             if len(starts):
-                return m, [toks[s + m: s + m + self.depth].tolist() for s in starts]
+                return m, [toks[s + m : s + m + self.depth].tolist() for s in starts]
         return 0, []
 
     def draft(self, context: list[int]) -> Tree:
@@ -186,13 +204,15 @@ class RestDrafter:
         while heap and len(tokens) < self.nodes:
             _, pre = heapq.heappop(heap)
             index[pre] = len(tokens)
-            tokens.append(pre[-1]); parents.append(index[pre[:-1]])
+            tokens.append(pre[-1])
+            parents.append(index[pre[:-1]])
             for c in children.get(pre, []):
                 heapq.heappush(heap, (-counts[c], c))
-        spine, pre = [], ()                      # the most frequent path: its share of the continuations
-        while (kids := [c for c in children.get(pre, []) if c in index]):
+        spine, pre = [], ()  # the most frequent path: its share of the continuations
+        while kids := [c for c in children.get(pre, []) if c in index]:
             pre = max(kids, key=lambda c: counts[c])
             spine.append(counts[pre] / len(conts))
-        self.last = dict(score=float(len(conts)), match_len=m, candidates=len(conts), draft_len=len(tokens), probs=spine)
+        self.last = dict(
+            score=float(len(conts)), match_len=m, candidates=len(conts), draft_len=len(tokens), probs=spine
+        )
         return Tree(tokens, parents, None, source="rest")
-

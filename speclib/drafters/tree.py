@@ -36,6 +36,7 @@ deeper level follows); the last level's nodes are never fed. observe() commits t
 accepted nodes that went through the draft model: a prefix of the accepted path, since every node
 with children was fed; an accepted unfed node (a leaf) stays in the next draft's tail.
 """
+
 from __future__ import annotations
 
 import math
@@ -55,17 +56,32 @@ class TreeDrafter(LMDrafter):
     `depth`) whose path value (product of draft probabilities from the root) would fall below it,
     deciding before the node is drawn."""
 
-    def __init__(self, lm: LM, branching=None, *, budget: int | None = None, expand: str = "confidence",
-                 depth: int = 6, top: int = 4, min_value: float = 0.0, sampling: Sampling | None = None):
+    def __init__(
+        self,
+        lm: LM,
+        branching=None,
+        *,
+        budget: int | None = None,
+        expand: str = "confidence",
+        depth: int = 6,
+        top: int = 4,
+        min_value: float = 0.0,
+        sampling: Sampling | None = None,
+    ):
         super().__init__(lm, sampling)
         if budget is None:
             branching = (3, 2, 1, 1) if branching is None else branching
-            if isinstance(branching, int) or not len(branching) or \
-                    not all(isinstance(b, int) and b >= 1 for b in branching):
-                raise ValueError(f"branching must be a non-empty sequence of ints >= 1 (children per node at "
-                                 f"each depth), got {branching!r}")
+            if (
+                isinstance(branching, int)
+                or not len(branching)
+                or not all(isinstance(b, int) and b >= 1 for b in branching)
+            ):
+                raise ValueError(
+                    f"branching must be a non-empty sequence of ints >= 1 (children per node at "
+                    f"each depth), got {branching!r}"
+                )
             self.mode, self.branching, self.depth = "fixed", tuple(branching), len(branching)
-            self._max_nodes = sum(math.prod(self.branching[:d + 1]) for d in range(self.depth))
+            self._max_nodes = sum(math.prod(self.branching[: d + 1]) for d in range(self.depth))
         else:
             if branching is not None:
                 raise ValueError("give either branching=(...) (fixed shape) or budget=... (EAGLE-2 style), not both")
@@ -73,12 +89,16 @@ class TreeDrafter(LMDrafter):
                 if not isinstance(v, int) or v < 1:
                     raise ValueError(f"{name} must be an int >= 1, got {v!r}")
             if expand not in ("confidence", "spine"):
-                raise ValueError(f"expand must be 'confidence' (path value = product of draft probabilities) "
-                                 f"or 'spine' (a chain plus sibling leaves), got {expand!r}")
+                raise ValueError(
+                    f"expand must be 'confidence' (path value = product of draft probabilities) "
+                    f"or 'spine' (a chain plus sibling leaves), got {expand!r}"
+                )
             if expand == "spine" and budget < depth:
                 raise ValueError(f"expand='spine' needs budget >= depth (the chain itself), got {budget} < {depth}")
             if not 0 <= min_value < 1:
-                raise ValueError(f"min_value (least path value of a drafted node) must lie in [0, 1), got {min_value!r}")
+                raise ValueError(
+                    f"min_value (least path value of a drafted node) must lie in [0, 1), got {min_value!r}"
+                )
             self.mode, self.budget, self.depth, self.top, self.min_value = expand, budget, depth, top, min_value
             self._max_nodes = budget
 
@@ -88,14 +108,16 @@ class TreeDrafter(LMDrafter):
 
     # --- drafting -----------------------------------------------------------------------------
     def draft(self, context: list[int]) -> Tree:
-        tail = list(context[self.fed:])
+        tail = list(context[self.fed :])
         if not tail:
-            raise ValueError("draft(context): the context has no token beyond what the draft model has seen "
-                             "(it must end with the last sampled token)")
+            raise ValueError(
+                "draft(context): the context has no token beyond what the draft model has seen "
+                "(it must end with the last sampled token)"
+            )
         logits = self.lm.extend(tail, list(range(-1, len(tail) - 1)))[-1]
         self.n_tail = len(tail)
         tokens, parents, qs, values = [], [], [], []
-        fed: list[int] = []                         # draft-LM pending index of each node, -1 if never fed
+        fed: list[int] = []  # draft-LM pending index of each node, -1 if never fed
         n_pending = len(tail)
         # frontier entries: (tree node or -1 for the root, its pending index, its logits, its path value)
         frontier = [(-1, len(tail) - 1, logits, 1.0)]
@@ -106,22 +128,26 @@ class TreeDrafter(LMDrafter):
             new = []
             for (node, _, row, value), c, n_children in zip(frontier, conf, counts):
                 for x, q in self._children(row, c, n_children):
-                    tokens.append(x); parents.append(node); qs.append(q); values.append(value * float(c[x]))
+                    tokens.append(x)
+                    parents.append(node)
+                    qs.append(q)
+                    values.append(value * float(c[x]))
                     fed.append(-1)
                     new.append(len(tokens) - 1)
             remaining -= len(new)
             if not new or d + 1 == self.depth or remaining <= 0:
                 break
-            grow = new[:1] if self.mode == "spine" else new     # the spine's siblings stay leaves
-            out = self.lm.extend([tokens[i] for i in grow], [fed[parents[i]] if parents[i] >= 0 else len(tail) - 1
-                                                            for i in grow])
+            grow = new[:1] if self.mode == "spine" else new  # the spine's siblings stay leaves
+            out = self.lm.extend(
+                [tokens[i] for i in grow], [fed[parents[i]] if parents[i] >= 0 else len(tail) - 1 for i in grow]
+            )
             for j, i in enumerate(grow):
                 fed[i] = n_pending + j
             n_pending += len(grow)
             frontier = [(i, fed[i], out[j], values[i]) for j, i in enumerate(grow)]
         vocab = logits.shape[-1]
         self.fed_index = fed
-        self.values = values                        # path values (product of draft probabilities)
+        self.values = values  # path values (product of draft probabilities)
         self.tree = Tree(tokens, parents, torch.stack(qs) if qs else torch.zeros(0, vocab))
         return self.tree
 
@@ -137,9 +163,9 @@ class TreeDrafter(LMDrafter):
         support = [int((c > 0).sum()) for c in conf]
         if self.mode == "fixed":
             return [min(self.branching[d], s) for s in support]
-        if self.mode == "spine":                    # one frontier node: the chain's, which always continues
+        if self.mode == "spine":  # one frontier node: the chain's, which always continues
             (_, _, _, value), c = frontier[0], conf[0]
-            spare = remaining - (self.depth - d)    # nodes left beyond the rest of the chain
+            spare = remaining - (self.depth - d)  # nodes left beyond the rest of the chain
             top = c.topk(min(self.top, support[0])).values.tolist()
             leaves = sum(value * pj >= self.min_value for pj in top[1:])
             return [1 + min(leaves, max(spare, 0))]
@@ -154,7 +180,7 @@ class TreeDrafter(LMDrafter):
                 if value * pj >= self.min_value:
                     slots.append((-value * pj, f, j))
         counts = [0] * len(frontier)
-        for _, f, _ in sorted(slots)[:width]:       # ties: earlier node, then smaller j (keeps prefixes)
+        for _, f, _ in sorted(slots)[:width]:  # ties: earlier node, then smaller j (keeps prefixes)
             counts[f] += 1
         return counts
 
@@ -167,7 +193,7 @@ class TreeDrafter(LMDrafter):
             eye = torch.zeros(n, conf.shape[-1])
             eye[torch.arange(n), torch.tensor(top)] = 1.0
             return list(zip(top, eye))
-        r = conf.clone()                             # the processed q, earlier siblings removed
+        r = conf.clone()  # the processed q, earlier siblings removed
         out = []
         for _ in range(n):
             s = r.sum()
@@ -188,7 +214,7 @@ class TreeDrafter(LMDrafter):
             child = next((c for c in tree.children[row] if tree.tokens[c] == x), None)
             if child is None:
                 raise ValueError(f"observe: accepted tokens {accepted} are not a root path of the last draft tree")
-            if self.fed_index[child] < 0:        # a leaf: never fed, stays in the context's tail
+            if self.fed_index[child] < 0:  # a leaf: never fed, stays in the context's tail
                 break
             keep.append(self.fed_index[child])
             row = child + 1

@@ -2,6 +2,7 @@
 stateful variant for recurrent models, the lean Llama and hybrid Gated DeltaNet models, other backends
 (llama.cpp, ONNX Runtime, a serial reference), the pretrained models installed as wheels, the feature
 head and the branch-skipping views used as drafts, and `load`, which picks the right one by name."""
+
 from speclib.lms.branches import BranchSkipLM
 from speclib.lms.head import HeadLM
 from speclib.lms.hybrid import STRATEGIES, HybridLM, tiny_config

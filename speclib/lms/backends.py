@@ -19,6 +19,7 @@ llama.cpp verifies chains only here: a tree raises a clear error (it would need 
 branch). `SerialLM` wraps any LM so that a pass over n tokens becomes n one-token passes: the
 "verification is not parallel" case, built on purpose.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -32,9 +33,9 @@ import numpy as np
 import torch
 
 from speclib.core.device import REPO
-from speclib.lms.lm import BaseLM
 from speclib.core.protocols import LM
 from speclib.lms.llama import LlamaLM
+from speclib.lms.lm import BaseLM
 
 CACHE = REPO / "build" / "backends"
 
@@ -43,25 +44,46 @@ CACHE = REPO / "build" / "backends"
 class Backend:
     name: str
     about: str
-    modules: tuple[str, ...] = ()      # importable modules it needs
-    install: str = ""                   # what installs them
+    modules: tuple[str, ...] = ()  # importable modules it needs
+    install: str = ""  # what installs them
     trees: bool = True
 
 
 _ONNX = ("onnx", "onnxruntime", "onnxscript")
 _GGUF = ("llama_cpp", "gguf")
-BACKENDS = {b.name: b for b in [
-    Backend("torch", "torch eager, fp32 on cpu (bf16 on cuda/mps)"),
-    Backend("torch-bf16", "torch eager, bf16 weights and activations"),
-    Backend("torch-int8", "torch.ao dynamic int8 on every Linear (cpu only)"),
-    Backend("torch-compile", "torch.compile (inductor), dynamic shapes; first calls compile"),
-    Backend("onnx", "ONNX Runtime fp32 with a KV cache", _ONNX, "pip install 'speclib[onnx]'"),
-    Backend("onnx-int8", "ONNX Runtime, MatMul weights dynamically quantized to int8", _ONNX, "pip install 'speclib[onnx]'"),
-    *[Backend(f"llamacpp-{q}", f"llama.cpp on a {q} GGUF; chains only", _GGUF,
-              "pip install 'speclib[gguf]' (compiles llama.cpp)", trees=False) for q in ("f16", "q8_0", "q4_0")],
-    Backend("llamacpp-gguf", "llama.cpp on a pretrained model's shipped GGUF; chains only", _GGUF,
-            "pip install 'speclib[gguf]' (compiles llama.cpp)", trees=False),
-]}
+BACKENDS = {
+    b.name: b
+    for b in [
+        Backend("torch", "torch eager, fp32 on cpu (bf16 on cuda/mps)"),
+        Backend("torch-bf16", "torch eager, bf16 weights and activations"),
+        Backend("torch-int8", "torch.ao dynamic int8 on every Linear (cpu only)"),
+        Backend("torch-compile", "torch.compile (inductor), dynamic shapes; first calls compile"),
+        Backend("onnx", "ONNX Runtime fp32 with a KV cache", _ONNX, "pip install 'speclib[onnx]'"),
+        Backend(
+            "onnx-int8",
+            "ONNX Runtime, MatMul weights dynamically quantized to int8",
+            _ONNX,
+            "pip install 'speclib[onnx]'",
+        ),
+        *[
+            Backend(
+                f"llamacpp-{q}",
+                f"llama.cpp on a {q} GGUF; chains only",
+                _GGUF,
+                "pip install 'speclib[gguf]' (compiles llama.cpp)",
+                trees=False,
+            )
+            for q in ("f16", "q8_0", "q4_0")
+        ],
+        Backend(
+            "llamacpp-gguf",
+            "llama.cpp on a pretrained model's shipped GGUF; chains only",
+            _GGUF,
+            "pip install 'speclib[gguf]' (compiles llama.cpp)",
+            trees=False,
+        ),
+    ]
+}
 
 
 def missing(name: str) -> list[str]:
@@ -70,8 +92,9 @@ def missing(name: str) -> list[str]:
 
 
 def describe() -> str:
-    return "\n".join(f"  {b.name:14s} {b.about}" + (f"  [needs: {b.install}]" if missing(b.name) else "")
-                     for b in BACKENDS.values())
+    return "\n".join(
+        f"  {b.name:14s} {b.about}" + (f"  [needs: {b.install}]" if missing(b.name) else "") for b in BACKENDS.values()
+    )
 
 
 def check(name: str) -> Backend:
@@ -88,9 +111,11 @@ def build(base: LlamaLM, name: str) -> LM:
     if name == "torch-int8":
         if base.device.type != "cpu":
             raise ValueError("torch-int8 (torch.ao dynamic quantization) runs on cpu only; pass device='cpu'")
-        from torch.ao.quantization import quantize_dynamic
         import warnings
-        with warnings.catch_warnings():          # torch.ao's quantized tensors are deprecated, still work
+
+        from torch.ao.quantization import quantize_dynamic
+
+        with warnings.catch_warnings():  # torch.ao's quantized tensors are deprecated, still work
             warnings.simplefilter("ignore")
             model = quantize_dynamic(base.model, {torch.nn.Linear}, dtype=torch.qint8)
         return LlamaLM(model, base.tokenizer, base.device, base.path)
@@ -101,7 +126,7 @@ def build(base: LlamaLM, name: str) -> LM:
         return OnnxLM(base, int8=name == "onnx-int8")
     if name.startswith("llamacpp-"):
         return LlamaCppLM(base, name.split("-", 1)[1])
-    return base                                  # torch, torch-bf16: the dtype was chosen at load
+    return base  # torch, torch-bf16: the dtype was chosen at load
 
 
 def _weights_key(base: LlamaLM) -> str:
@@ -158,7 +183,7 @@ class _Step(torch.nn.Module):
             keys = torch.cat([past[:, i, 0].transpose(0, 1)[None], k], 2)
             values = torch.cat([past[:, i, 1].transpose(0, 1)[None], v], 2)
             x = self.lm.attend_mlp(layer, x, q, keys, values, mask)
-            new.append(torch.stack([k[0], v[0]]))                      # [2, Hkv, n, hd]
+            new.append(torch.stack([k[0], v[0]]))  # [2, Hkv, n, hd]
         return self.model.lm_head(inner.norm(x))[0], torch.stack(new).permute(3, 0, 1, 2, 4)
 
 
@@ -169,23 +194,36 @@ def export_onnx(base: LlamaLM, int8: bool = False) -> Path:
     if not fp32.exists():
         d.mkdir(parents=True, exist_ok=True)
         L, hd = len(base.model.model.layers), base.head_dim
-        ex = (torch.tensor([1, 2, 3]), torch.tensor([5, 6, 7]), torch.ones(3, 8, dtype=torch.bool),
-              torch.zeros(5, L, 2, base.n_kv, hd))
-        auto = torch.export.Dim.AUTO                 # n and past are free; export infers mask = [n, past + n]
+        ex = (
+            torch.tensor([1, 2, 3]),
+            torch.tensor([5, 6, 7]),
+            torch.ones(3, 8, dtype=torch.bool),
+            torch.zeros(5, L, 2, base.n_kv, hd),
+        )
+        auto = torch.export.Dim.AUTO  # n and past are free; export infers mask = [n, past + n]
         shapes = {"ids": {0: auto}, "pos": {0: auto}, "mask": {0: auto, 1: auto}, "past": {0: auto}}
         tmp = d / "model.tmp.onnx"
         import logging
         import warnings
-        logging.getLogger("torch.onnx").setLevel(logging.ERROR)       # notes about torchvision ops
+
+        logging.getLogger("torch.onnx").setLevel(logging.ERROR)  # notes about torchvision ops
         with warnings.catch_warnings(), torch.no_grad():
             warnings.simplefilter("ignore")
-            prog = torch.onnx.export(_Step(base).eval(), ex, dynamo=True, dynamic_shapes=shapes, optimize=True,
-                                     input_names=["ids", "pos", "mask", "past"], output_names=["logits", "new"],
-                                     verbose=False)
+            prog = torch.onnx.export(
+                _Step(base).eval(),
+                ex,
+                dynamo=True,
+                dynamic_shapes=shapes,
+                optimize=True,
+                input_names=["ids", "pos", "mask", "past"],
+                output_names=["logits", "new"],
+                verbose=False,
+            )
             prog.save(str(tmp), external_data=False)
         tmp.replace(fp32)
     if int8 and not q8.exists():
         from onnxruntime.quantization import QuantType, quantize_dynamic
+
         tmp = d / "model-int8.tmp.onnx"
         quantize_dynamic(str(fp32), str(tmp), weight_type=QuantType.QInt8)
         tmp.replace(q8)
@@ -199,6 +237,7 @@ class OnnxLM(BaseLM):
 
     def __init__(self, base: LlamaLM, int8: bool = False, threads: int | None = None):
         import onnxruntime as ort
+
         if base.dtype != torch.float32:
             raise ValueError("the ONNX export starts from the fp32 model; load it with dtype=torch.float32")
         self.file = export_onnx(base, int8)
@@ -216,7 +255,7 @@ class OnnxLM(BaseLM):
 
     def _run(self, ids, pos, start: int, mask: np.ndarray) -> torch.Tensor:
         logits, new = self.session.run(None, {"ids": ids, "pos": pos, "mask": mask, "past": self.kv[:start]})
-        self.kv[start:start + len(ids)] = new
+        self.kv[start : start + len(ids)] = new
         return torch.from_numpy(logits)
 
     def reset(self, prompt_ids) -> torch.Tensor:
@@ -239,7 +278,7 @@ class OnnxLM(BaseLM):
     def _commit(self, path: list[int]) -> None:
         n, keep = self.n_committed, len(path)
         if path != list(range(keep)):
-            self.kv[n:n + keep] = self.kv[n + np.array(path)]
+            self.kv[n : n + keep] = self.kv[n + np.array(path)]
 
 
 # --- llama.cpp ----------------------------------------------------------------------------------
@@ -252,6 +291,7 @@ def _permute_rope(w: np.ndarray, heads: int) -> np.ndarray:
 def write_gguf(base: LlamaLM, out: Path) -> None:
     """A Llama GGUF (f16 matrices, f32 norms) with the byte-level BPE vocabulary and merges."""
     import gguf
+
     cfg, m = base.model.config, base.model.model
     w = gguf.GGUFWriter(str(out), "llama")
     w.add_context_length(base.max_length)
@@ -289,13 +329,17 @@ def write_gguf(base: LlamaLM, out: Path) -> None:
         w.add_tensor("output.weight", f16(base.model.lm_head.weight))
     for i, layer in enumerate(m.layers):
         a, mlp = layer.self_attn, layer.mlp
-        for name, t in [("attn_norm", f32(layer.input_layernorm.weight)),
-                        ("attn_q", _permute_rope(f16(a.q_proj.weight), base.n_heads)),
-                        ("attn_k", _permute_rope(f16(a.k_proj.weight), base.n_kv)),
-                        ("attn_v", f16(a.v_proj.weight)), ("attn_output", f16(a.o_proj.weight)),
-                        ("ffn_norm", f32(layer.post_attention_layernorm.weight)),
-                        ("ffn_gate", f16(mlp.gate_proj.weight)), ("ffn_up", f16(mlp.up_proj.weight)),
-                        ("ffn_down", f16(mlp.down_proj.weight))]:
+        for name, t in [
+            ("attn_norm", f32(layer.input_layernorm.weight)),
+            ("attn_q", _permute_rope(f16(a.q_proj.weight), base.n_heads)),
+            ("attn_k", _permute_rope(f16(a.k_proj.weight), base.n_kv)),
+            ("attn_v", f16(a.v_proj.weight)),
+            ("attn_output", f16(a.o_proj.weight)),
+            ("ffn_norm", f32(layer.post_attention_layernorm.weight)),
+            ("ffn_gate", f16(mlp.gate_proj.weight)),
+            ("ffn_up", f16(mlp.up_proj.weight)),
+            ("ffn_down", f16(mlp.down_proj.weight)),
+        ]:
             w.add_tensor(f"blk.{i}.{name}.weight", t)
     w.write_header_to_file()
     w.write_kv_data_to_file()
@@ -306,6 +350,7 @@ def write_gguf(base: LlamaLM, out: Path) -> None:
 def export_gguf(base: LlamaLM, quant: str) -> Path:
     """The GGUF file for `quant` in f16 / q8_0 / q4_0 (cached; quantized by llama.cpp itself)."""
     import llama_cpp
+
     d = CACHE / _weights_key(base)
     f16 = d / "model-f16.gguf"
     if not f16.exists():
@@ -329,10 +374,17 @@ def export_gguf(base: LlamaLM, quant: str) -> Path:
 def shipped_gguf(base: LlamaLM) -> Path:
     """The GGUF a pretrained model was dequantized from (its cache folder's card names the model)."""
     from speclib.lms import pretrained
-    card = json.loads((Path(base.path) / "card.json").read_text()) if base.path and (Path(base.path) / "card.json").is_file() else {}
+
+    card = (
+        json.loads((Path(base.path) / "card.json").read_text())
+        if base.path and (Path(base.path) / "card.json").is_file()
+        else {}
+    )
     if card.get("name") not in pretrained.MODELS:
-        raise ValueError(f"backend 'llamacpp-gguf' runs a pretrained model's own GGUF "
-                         f"({sorted(pretrained.MODELS)}); {base.path} is not one: use llamacpp-f16 / -q8_0 / -q4_0")
+        raise ValueError(
+            f"backend 'llamacpp-gguf' runs a pretrained model's own GGUF "
+            f"({sorted(pretrained.MODELS)}); {base.path} is not one: use llamacpp-f16 / -q8_0 / -q4_0"
+        )
     return pretrained.gguf_path(card["name"])
 
 
@@ -342,16 +394,23 @@ class LlamaCppLM(BaseLM):
 
     def __init__(self, base: LlamaLM, quant: str = "f16", threads: int | None = None):
         import llama_cpp
+
         self.file = shipped_gguf(base) if quant == "gguf" else export_gguf(base, quant)
         # a pretrained model's 8k context with logits for every position would hold 1.6 GB of scores
         ctx = min(base.max_length, 4096) if quant == "gguf" else base.max_length
         batch = min(ctx, 512) if quant == "gguf" else ctx
         self.max_length = ctx
-        self.llm = llama_cpp.Llama(str(self.file), n_ctx=ctx, n_batch=batch, n_ubatch=batch,
-                                   logits_all=True, verbose=False,
-                                   n_threads=threads or torch.get_num_threads(),
-                                   n_threads_batch=threads or torch.get_num_threads())
-        atexit.register(self.llm.close)     # before interpreter teardown, when its __del__ would fail
+        self.llm = llama_cpp.Llama(
+            str(self.file),
+            n_ctx=ctx,
+            n_batch=batch,
+            n_ubatch=batch,
+            logits_all=True,
+            verbose=False,
+            n_threads=threads or torch.get_num_threads(),
+            n_threads_batch=threads or torch.get_num_threads(),
+        )
+        atexit.register(self.llm.close)  # before interpreter teardown, when its __del__ would fail
         self.model, self.tokenizer, self.path = base.model, base.tokenizer, base.path
         self.device = torch.device("cpu")
         self._start(0)
@@ -359,7 +418,7 @@ class LlamaCppLM(BaseLM):
     def _eval(self, tokens: list[int]) -> torch.Tensor:
         n0 = self.llm.n_tokens
         self.llm.eval(tokens)
-        return torch.from_numpy(np.array(self.llm.scores[n0:n0 + len(tokens)], dtype=np.float32))
+        return torch.from_numpy(np.array(self.llm.scores[n0 : n0 + len(tokens)], dtype=np.float32))
 
     def reset(self, prompt_ids) -> torch.Tensor:
         ids = self._prompt_ids(prompt_ids).tolist()
@@ -370,10 +429,12 @@ class LlamaCppLM(BaseLM):
     def extend(self, tokens, parents) -> torch.Tensor:
         tokens, parents = self._extend_args(tokens, parents)
         if not self._is_chain_continuation(parents):
-            raise NotImplementedError("the llama.cpp backend verifies chains only (a tree needs one sequence "
-                                      "per branch); use a chain drafter, or backend 'torch' / 'onnx' for trees")
+            raise NotImplementedError(
+                "the llama.cpp backend verifies chains only (a tree needs one sequence "
+                "per branch); use a chain drafter, or backend 'torch' / 'onnx' for trees"
+            )
         self._new_nodes(tokens, parents)
         return self._eval(tokens)
 
     def _commit(self, path: list[int]) -> None:
-        self.llm.n_tokens = self.n_committed + len(path)   # the next eval drops the cache beyond this
+        self.llm.n_tokens = self.n_committed + len(path)  # the next eval drops the cache beyond this

@@ -14,6 +14,7 @@ This is the sequential-hybrid `HybridLM.view(layers=...)` (speclib.drafters.laye
 layout: there a layer IS attention or linear attention, so a subset drops whole layers; here every
 layer holds both, so the view drops a branch inside each layer.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -44,7 +45,8 @@ class BranchSkipLM(StatefulLM):
             raise TypeError(
                 f"BranchSkipLM needs a StatefulLM of a parallel hybrid ({', '.join(ATTENTION_BRANCH)}), got "
                 f"{type(target).__name__} ({kind}); for Qwen3.5-style hybrids, whose layers are either attention "
-                f"or linear attention, use speclib.drafters.layers.subset(target, 'linear') and LayerSkipDrafter")
+                f"or linear attention, use speclib.drafters.layers.subset(target, 'linear') and LayerSkipDrafter"
+            )
         super().__init__(target.model, target.tokenizer, target.device, target.path)
         name = ATTENTION_BRANCH[kind]
         self._slots = [(layer, name, getattr(layer, name)) for layer in target.model.model.layers]
@@ -56,7 +58,7 @@ class BranchSkipLM(StatefulLM):
             setattr(layer, name, self._zero)
         try:
             yield
-        finally:          # the target's forwards run the same modules: always put attention back
+        finally:  # the target's forwards run the same modules: always put attention back
             for layer, name, module in self._slots:
                 setattr(layer, name, module)
 

@@ -7,6 +7,7 @@ has the maths, and speclib.research.heads trains heads.
 
     head = speclib.load_head("code-target-head")       # data/checkpoints/code-target-head/
 """
+
 from __future__ import annotations
 
 import json
@@ -20,14 +21,13 @@ from torch import nn
 from speclib.core.protocols import FeatureLM
 from speclib.lms.lm import CHECKPOINTS, BaseLM
 
-
 KIND = "speclib-feature-head"
 
 
 WEIGHTS = "head.safetensors"
 
 
-COUNTS = "token_counts.npy"          # the training stream's token frequencies (FR-Spec)
+COUNTS = "token_counts.npy"  # the training stream's token frequencies (FR-Spec)
 
 
 class HeadLayer(nn.Module):
@@ -39,7 +39,11 @@ class HeadLayer(nn.Module):
         self.n_heads, self.head_dim = n_heads, d // n_heads
         self.input_norm, self.post_norm = nn.RMSNorm(d, eps=eps), nn.RMSNorm(d, eps=eps)
         self.q, self.k, self.v, self.o = (nn.Linear(d, d, bias=False) for _ in range(4))
-        self.gate, self.up, self.down = nn.Linear(d, ff, bias=False), nn.Linear(d, ff, bias=False), nn.Linear(ff, d, bias=False)
+        self.gate, self.up, self.down = (
+            nn.Linear(d, ff, bias=False),
+            nn.Linear(d, ff, bias=False),
+            nn.Linear(ff, d, bias=False),
+        )
         inv = theta ** -(torch.arange(0, self.head_dim, 2, dtype=torch.float32) / self.head_dim)
         self.register_buffer("inv_freq", inv, persistent=False)
 
@@ -54,6 +58,7 @@ class HeadLayer(nn.Module):
         def rope(t):
             half = t.shape[-1] // 2
             return t * cos + torch.cat([-t[..., half:], t[..., :half]], -1) * sin
+
         return rope(q), rope(k), v
 
     def finish(self, x: torch.Tensor, o: torch.Tensor) -> torch.Tensor:
@@ -78,8 +83,9 @@ class FeatureHead(nn.Module):
             raise ValueError(f"hidden_size {d} is not divisible by num_heads {config['num_heads']}")
         self.fuse = nn.Linear(len(config["feature_layers"]) * d, d, bias=False)
         self.inp = nn.Linear(2 * d, d, bias=False)
-        self.layer = HeadLayer(d, config["num_heads"], config["intermediate_size"], config["rms_eps"],
-                               config["rope_theta"])
+        self.layer = HeadLayer(
+            d, config["num_heads"], config["intermediate_size"], config["rms_eps"], config["rope_theta"]
+        )
 
     @property
     def feature_layers(self) -> tuple[int, ...]:
@@ -98,11 +104,19 @@ def new_head(target, name: str | None = None, layers=None, seed: int = 0) -> Fea
     L = target.num_layers
     layers = tuple(layers) if layers is not None else (max(1, L // 4), max(1, L // 2), L)
     torch.manual_seed(seed)
-    return FeatureHead(dict(
-        hidden_size=target.hidden_size, num_heads=cfg.num_attention_heads, intermediate_size=cfg.intermediate_size,
-        vocab_size=target.vocab_size, feature_layers=list(layers), rms_eps=float(cfg.rms_norm_eps),
-        rope_theta=10000.0, target=name or (target.path.name if getattr(target, "path", None) else "unnamed"),
-        fingerprint=target.weights_fingerprint()))
+    return FeatureHead(
+        dict(
+            hidden_size=target.hidden_size,
+            num_heads=cfg.num_attention_heads,
+            intermediate_size=cfg.intermediate_size,
+            vocab_size=target.vocab_size,
+            feature_layers=list(layers),
+            rms_eps=float(cfg.rms_norm_eps),
+            rope_theta=10000.0,
+            target=name or (target.path.name if getattr(target, "path", None) else "unnamed"),
+            fingerprint=target.weights_fingerprint(),
+        )
+    )
 
 
 # --- saving and loading ------------------------------------------------------------------------
@@ -114,25 +128,31 @@ def heads() -> list[str]:
 def save_head(head: FeatureHead, folder) -> Path:
     """config.json (kind, config) + head.safetensors (bf16, like the shipped models)."""
     from safetensors.torch import save_file
+
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "config.json").write_text(json.dumps({"kind": KIND, **head.config}, indent=1))
-    save_file({k: v.detach().to(torch.bfloat16).contiguous().cpu() for k, v in head.state_dict().items()},
-              folder / WEIGHTS)
+    save_file(
+        {k: v.detach().to(torch.bfloat16).contiguous().cpu() for k, v in head.state_dict().items()}, folder / WEIGHTS
+    )
     return folder
 
 
 def load_head(name_or_path, device="cpu", dtype=torch.float32) -> FeatureHead:
     """A shipped head name (see `heads()`, e.g. "code-target-head") or a folder written by `save_head`."""
     from safetensors.torch import load_file
+
     shipped = heads()
     folder = CHECKPOINTS / name_or_path if name_or_path in shipped else Path(name_or_path)
     if name_or_path in shipped:
         from speclib.lms.loading import OPENED
+
         OPENED.add(name_or_path)
     if not (folder / WEIGHTS).exists():
-        raise ValueError(f"unknown head {name_or_path!r}: not a shipped head {shipped}, nor a folder with {WEIGHTS} "
-                         f"(train one: python -m speclib train head TARGET)")
+        raise ValueError(
+            f"unknown head {name_or_path!r}: not a shipped head {shipped}, nor a folder with {WEIGHTS} "
+            f"(train one: python -m speclib train head TARGET)"
+        )
     cfg = json.loads((folder / "config.json").read_text())
     if cfg.pop("kind", None) != KIND:
         raise ValueError(f"{folder / 'config.json'} is not a {KIND} config")
@@ -146,8 +166,10 @@ def token_counts(name_or_path) -> np.ndarray:
     frequency ranking (`speclib.drafters.frequent_tokens`)."""
     folder = CHECKPOINTS / name_or_path if name_or_path in heads() else Path(name_or_path)
     if not (folder / COUNTS).exists():
-        raise ValueError(f"{folder} has no {COUNTS}: heads trained by `python -m speclib train head` since the "
-                         f"FR-Spec option save it; retrain, or pass the token ids to draft from yourself")
+        raise ValueError(
+            f"{folder} has no {COUNTS}: heads trained by `python -m speclib train head` since the "
+            f"FR-Spec option save it; retrain, or pass the token ids to draft from yourself"
+        )
     return np.load(folder / COUNTS)
 
 
@@ -180,7 +202,7 @@ class HeadLM(BaseLM):
         """Fill slots 1..N-1; returns the logits [V] of the last slot (its guess of token N + 1), or zeros
         for a one-token prompt."""
         ids = self._prompt_ids(prompt_ids)
-        self._start(1)                                   # slot 0: token 0, no feature, never attended
+        self._start(1)  # slot 0: token 0, no feature, never attended
         logits = torch.zeros(self.vocab_size, device=self.device)
         if ids.numel() > 1:
             logits = self.extend(ids[1:].tolist(), list(range(-1, ids.numel() - 2)))[-1]
@@ -192,12 +214,14 @@ class HeadLM(BaseLM):
         ids, pos, old, chain = self._new_nodes(tokens, parents)
         start = self.n_committed + old
         end = start + ids.numel()
-        feats = self.target.committed_features(0)                  # [n_target, F], a view
-        true = pos - 1 < feats.shape[0]                            # the target has this node's feature
+        feats = self.target.committed_features(0)  # [n_target, F], a view
+        true = pos - 1 < feats.shape[0]  # the target has this node's feature
         parents = torch.tensor(self.pending_parents[old:], device=self.device)
         if not bool(true.all()) and bool((parents[~true] < 0).any()):
-            raise RuntimeError("HeadLM: a node after the committed tip has no target feature; draft() must feed "
-                               "the context's tail first")
+            raise RuntimeError(
+                "HeadLM: a node after the committed tip has no target feature; draft() must feed "
+                "the context's tail first"
+            )
         inp = torch.empty(ids.numel(), self.hidden.shape[1], device=self.device, dtype=self.dtype)
         if bool(true.any()):
             inp[true] = self.head.fuse(feats[pos[true] - 1].to(self.dtype))
@@ -207,10 +231,12 @@ class HeadLM(BaseLM):
         q, k, v = self.head.layer.qkv(x, pos)
         self.kv[0, :, start:end], self.kv[1, :, start:end] = k[0], v[0]
         if chain:
-            allowed = torch.arange(end, device=self.device)[None] <= torch.arange(start, end, device=self.device)[:, None]
+            allowed = (
+                torch.arange(end, device=self.device)[None] <= torch.arange(start, end, device=self.device)[:, None]
+            )
         else:
             allowed = self._tree_allowed(old)
-        allowed[:, 0] = False                                      # slot 0 holds no feature
+        allowed[:, 0] = False  # slot 0 holds no feature
         o = F.scaled_dot_product_attention(q, self.kv[0, :, :end][None], self.kv[1, :, :end][None], attn_mask=allowed)
         h = self.head.layer.finish(x, o)
         self.hidden[start:end] = h[0]
@@ -228,5 +254,5 @@ class HeadLM(BaseLM):
         n, keep = self.n_committed, len(path)
         if path != list(range(keep)):
             src = torch.tensor(path, device=self.device) + n
-            self.kv[:, :, n:n + keep] = self.kv[:, :, src]
-            self.hidden[n:n + keep] = self.hidden[src]
+            self.kv[:, :, n : n + keep] = self.kv[:, :, src]
+            self.hidden[n : n + keep] = self.hidden[src]

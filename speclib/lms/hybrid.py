@@ -16,6 +16,7 @@ token mixing is ours: attention with a tree mask over a KV cache, and the gated 
 
 All three give the same logits; they differ in transient memory and latency (notebook 03).
 """
+
 from __future__ import annotations
 
 import numbers
@@ -24,12 +25,12 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from speclib.core.tree import check_parents, path_to
 from speclib.kernels.tree_gdn import Factors, fold, recurrent_gated_delta_rule, tree_conv1d, tree_gdn
 from speclib.lms.lm import BaseLM, FeatureStore
-from speclib.core.tree import check_parents, path_to
 
 STRATEGIES = ("closed_form", "materialize", "replay")
-CHUNK = 64          # chain length per tree_gdn call in prefill / replay: bounds the [C, C] closed-form work
+CHUNK = 64  # chain length per tree_gdn call in prefill / replay: bounds the [C, C] closed-form work
 
 
 def tiny_config(**overrides):
@@ -37,19 +38,34 @@ def tiny_config(**overrides):
     grouped heads on both sides (2 query / 1 KV attention heads of dim 16; 2 key / 4 value GDN heads of
     dim 8), conv width 4, partial rotary 0.25. Keyword overrides go straight to the config."""
     from transformers import Qwen3_5TextConfig
-    kw = dict(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=4,
-              layer_types=["linear_attention"] * 3 + ["full_attention"], num_attention_heads=2,
-              num_key_value_heads=1, head_dim=16, linear_num_key_heads=2, linear_num_value_heads=4,
-              linear_key_head_dim=8, linear_value_head_dim=8, linear_conv_kernel_dim=4,
-              max_position_embeddings=256, tie_word_embeddings=False,
-              bos_token_id=None, eos_token_id=None, pad_token_id=None)
+
+    kw = dict(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=4,
+        layer_types=["linear_attention"] * 3 + ["full_attention"],
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=16,
+        linear_num_key_heads=2,
+        linear_num_value_heads=4,
+        linear_key_head_dim=8,
+        linear_value_head_dim=8,
+        linear_conv_kernel_dim=4,
+        max_position_embeddings=256,
+        tie_word_embeddings=False,
+        bos_token_id=None,
+        eos_token_id=None,
+        pad_token_id=None,
+    )
     if "num_hidden_layers" in overrides and "layer_types" not in overrides:
-        kw["layer_types"] = None              # let the config derive the 3:1 pattern for the new depth
+        kw["layer_types"] = None  # let the config derive the 3:1 pattern for the new depth
     kw.update(overrides)
     return Qwen3_5TextConfig(**kw)
 
 
-_SAME = object()      # view(): "keep this LM's exit" (None means no exit)
+_SAME = object()  # view(): "keep this LM's exit" (None means no exit)
 
 
 def check_layers(layers, n_layers: int) -> list[int]:
@@ -76,7 +92,7 @@ def _rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
     cos, sin = cos[:, None], sin[:, None]
     r = cos.shape[-1]
     xr, xp = x[..., :r], x[..., r:]
-    rot = torch.cat([-xr[..., r // 2:], xr[..., :r // 2]], -1)
+    rot = torch.cat([-xr[..., r // 2 :], xr[..., : r // 2]], -1)
     return torch.cat([xr * cos + rot * sin, xp], -1)
 
 
@@ -106,22 +122,23 @@ class _GDNState:
         self.clear()
 
     def clear(self) -> None:
-        self.x = None                          # [1, P, D] pending conv inputs
-        self.k = self.u = self.G = None        # closed_form factors
-        self.states: list[torch.Tensor] = []   # materialize: [H, K, V] per pending node
-        self.inputs = None                     # replay: (q, k, v, g, beta) of the pending chain
-        self.live = None                       # replay: state after the last pending node
+        self.x = None  # [1, P, D] pending conv inputs
+        self.k = self.u = self.G = None  # closed_form factors
+        self.states: list[torch.Tensor] = []  # materialize: [H, K, V] per pending node
+        self.inputs = None  # replay: (q, k, v, g, beta) of the pending chain
+        self.live = None  # replay: state after the last pending node
 
 
 @dataclass
 class _Request:
     """One LM's share of a (possibly batched) forward: its new tokens and where they attach."""
-    lm: "HybridLM"
-    ids: torch.Tensor            # [N] token ids
-    pos: torch.Tensor            # [N] positions
-    allowed: torch.Tensor        # [N, T] attention mask over that LM's whole KV after appending
-    conv_parents: torch.Tensor   # parents of the sequence the conv runs over (prefill: the prompt chain)
-    old: int                     # pending nodes before this call
+
+    lm: HybridLM
+    ids: torch.Tensor  # [N] token ids
+    pos: torch.Tensor  # [N] positions
+    allowed: torch.Tensor  # [N, T] attention mask over that LM's whole KV after appending
+    conv_parents: torch.Tensor  # parents of the sequence the conv runs over (prefill: the prompt chain)
+    old: int  # pending nodes before this call
     prefill: bool
 
 
@@ -139,8 +156,17 @@ class HybridLM(FeatureStore, BaseLM):
     Several HybridLMs over one model (see `view`) can verify their trees in one forward: `extend_batch`.
     """
 
-    def __init__(self, model, tokenizer=None, device=None, strategy: str = "closed_form",
-                 skip_attention: bool = False, path=None, layers=None, exit=None):
+    def __init__(
+        self,
+        model,
+        tokenizer=None,
+        device=None,
+        strategy: str = "closed_form",
+        skip_attention: bool = False,
+        path=None,
+        layers=None,
+        exit=None,
+    ):
         if strategy not in STRATEGIES:
             raise ValueError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
         self.model = model.eval()
@@ -162,7 +188,7 @@ class HybridLM(FeatureStore, BaseLM):
         else:
             self.layers = check_layers(layers, len(self.is_gdn))
         self.exit = exit
-        self.path = path                  # the checkpoint folder, when loaded from one
+        self.path = path  # the checkpoint folder, when loaded from one
         self._start(0)
         self.kv: dict[int, tuple[torch.Tensor, torch.Tensor]] | None = None
         self.gdn: dict[int, _GDNState] | None = None
@@ -171,23 +197,32 @@ class HybridLM(FeatureStore, BaseLM):
     def vocab_size(self) -> int:
         return self.config.vocab_size
 
-    def frozen_parts(self):      # FeatureLM: what a feature-level head reuses
+    def frozen_parts(self):  # FeatureLM: what a feature-level head reuses
         return self.text.embed_tokens, self.text.norm, self.model.lm_head
 
     @staticmethod
-    def extend_batch(lms: list["HybridLM"], tokens: list, parents: list) -> list[torch.Tensor]:
+    def extend_batch(lms: list[HybridLM], tokens: list, parents: list) -> list[torch.Tensor]:
         """Batched-extend capability (speclib.core.protocols.BatchedLM): `extend_batch` below."""
         return extend_batch(lms, tokens, parents)
 
-    def view(self, strategy: str | None = None, skip_attention: bool | None = None, layers=None,
-             exit=_SAME) -> "HybridLM":
+    def view(
+        self, strategy: str | None = None, skip_attention: bool | None = None, layers=None, exit=_SAME
+    ) -> HybridLM:
         """Another HybridLM over the same weights with its own decoding state (one per request in a batch,
         or a self-draft: skip_attention=True, or any `layers` subset). Unset arguments keep this LM's
         layers and exit; exit=None drops the exit."""
-        if layers is None and skip_attention is None:          # keep this LM's subset
+        if layers is None and skip_attention is None:  # keep this LM's subset
             skip_attention, layers = (self.skip_attention, None) if self.skip_attention else (False, self.layers)
-        return HybridLM(self.model, self.tokenizer, self.device, strategy or self.strategy, bool(skip_attention),
-                        self.path, layers, self.exit if exit is _SAME else exit)
+        return HybridLM(
+            self.model,
+            self.tokenizer,
+            self.device,
+            strategy or self.strategy,
+            bool(skip_attention),
+            self.path,
+            layers,
+            self.exit if exit is _SAME else exit,
+        )
 
     # --- the protocol ---------------------------------------------------------------------------
     @torch.inference_mode()
@@ -223,12 +258,15 @@ class HybridLM(FeatureStore, BaseLM):
         if self.gdn is None:
             raise RuntimeError("call reset(prompt_ids) before extend")
         old = len(self.pending_parents)
-        check_parents(parents, offset=old)       # the topological-order message comes before the chain one
-        if self.strategy == "replay" and not (parents == list(range(old - 1, old + len(parents) - 1))
-                                              and self.pending_parents == list(range(-1, old - 1))):
-            raise ValueError(f"strategy 'replay' supports chains only (parents continuing -1, 0, 1, ...), got "
-                             f"parents {parents} after pending {self.pending_parents}; use strategy='closed_form' "
-                             f"(or 'materialize') for trees")
+        check_parents(parents, offset=old)  # the topological-order message comes before the chain one
+        if self.strategy == "replay" and not (
+            parents == list(range(old - 1, old + len(parents) - 1)) and self.pending_parents == list(range(-1, old - 1))
+        ):
+            raise ValueError(
+                f"strategy 'replay' supports chains only (parents continuing -1, 0, 1, ...), got "
+                f"parents {parents} after pending {self.pending_parents}; use strategy='closed_form' "
+                f"(or 'materialize') for trees"
+            )
         ids = torch.tensor(tokens, dtype=torch.long, device=self.device)
         depths = self._add_pending(parents)
         pos = torch.tensor(depths, device=self.device) + self.n_committed
@@ -244,15 +282,15 @@ class HybridLM(FeatureStore, BaseLM):
         for st in self.gdn.values():
             if m:
                 W1 = st.tail.shape[1]
-                seq = torch.cat([st.tail, st.x[:, idx]], 1)           # committed inputs, oldest first
-                st.tail = seq[:, seq.shape[1] - W1:]
+                seq = torch.cat([st.tail, st.x[:, idx]], 1)  # committed inputs, oldest first
+                st.tail = seq[:, seq.shape[1] - W1 :]
                 if self.strategy == "closed_form":
                     st.S = fold(Factors(st.k, st.u, st.G, torch.tensor([self.pending_parents])), path, st.S)
                 elif self.strategy == "materialize":
                     st.S = st.states[path[-1]][None]
-                elif m == P:                                          # replay, all accepted: nothing to redo
+                elif m == P:  # replay, all accepted: nothing to redo
                     st.S = st.live
-                else:                                                 # replay: re-run the accepted prefix
+                else:  # replay: re-run the accepted prefix
                     st.S = _chain(*(t[:, :m] for t in st.inputs), st.S)[1]
             st.clear()
         self._commit_features(path)
@@ -266,7 +304,7 @@ class HybridLM(FeatureStore, BaseLM):
         never stored); the group's G is then offset by the attach node's G so all stored factors are
         relative to the committed S, and fold can commit any path mixing old and new nodes."""
         par, N = self.pending_parents, q.shape[1]
-        if old == 0:            # a fresh forest on the committed state (every verify pass): one call
+        if old == 0:  # a fresh forest on the committed state (every verify pass): one call
             o, f = tree_gdn(q, k, v, g, beta, torch.tensor(par, device=q.device), st.S)
             st.k, st.u, st.G = f.k, f.u, f.G
             return o
@@ -296,8 +334,9 @@ class HybridLM(FeatureStore, BaseLM):
         for j in range(q.shape[1]):
             p = self.pending_parents[old + j]
             Sp = st.S[0] if p < 0 else st.states[p]
-            oj, _, Sj = recurrent_gated_delta_rule(q[0, j:j + 1], k[0, j:j + 1], v[0, j:j + 1],
-                                                   g[0, j:j + 1], beta[0, j:j + 1], Sp)
+            oj, _, Sj = recurrent_gated_delta_rule(
+                q[0, j : j + 1], k[0, j : j + 1], v[0, j : j + 1], g[0, j : j + 1], beta[0, j : j + 1], Sp
+            )
             o[0, j] = oj[0]
             st.states.append(Sj)
         return o
@@ -311,8 +350,9 @@ def extend_batch(lms: list[HybridLM], tokens: list, parents: list) -> list[torch
     over its own cache and state. The LMs must share one model (see `HybridLM.view`). Returns one
     [n_r, V] fp32 logits tensor per request."""
     if not lms or len({id(lm.model) for lm in lms}) != 1 or len({(tuple(lm.layers), id(lm.exit)) for lm in lms}) != 1:
-        raise ValueError("extend_batch needs one or more HybridLMs over the same model, layers and exit "
-                         "(make them with lm.view())")
+        raise ValueError(
+            "extend_batch needs one or more HybridLMs over the same model, layers and exit (make them with lm.view())"
+        )
     if len(lms) != len(tokens) or len(lms) != len(parents):
         raise ValueError(f"got {len(lms)} LMs, {len(tokens)} token lists and {len(parents)} parent lists")
     if len({id(lm) for lm in lms}) != len(lms):
@@ -324,9 +364,9 @@ def extend_batch(lms: list[HybridLM], tokens: list, parents: list) -> list[torch
     try:
         for lm, t, p in zip(lms, tokens, parents):
             reqs.append(lm._request(t, p))
-    except Exception:                       # a bad request: undo the earlier ones, nothing is recorded
+    except Exception:  # a bad request: undo the earlier ones, nothing is recorded
         for r in reqs:
-            del r.lm.pending_parents[r.old:], r.lm.pending_depths[r.old:]
+            del r.lm.pending_parents[r.old :], r.lm.pending_depths[r.old :]
         raise
     return _forward(reqs)
 
@@ -347,16 +387,20 @@ def _forward(reqs: list[_Request]) -> list[torch.Tensor]:
         if i in run:
             layer = lm0.text.layers[i]
             x = layer.input_layernorm(h)
-            x = _gdn(layer.linear_attn, i, x, reqs, sizes) if lm0.is_gdn[i] else _attn(layer.self_attn, i, x, rot, reqs, sizes)
+            x = (
+                _gdn(layer.linear_attn, i, x, reqs, sizes)
+                if lm0.is_gdn[i]
+                else _attn(layer.self_attn, i, x, rot, reqs, sizes)
+            )
             h = h + x
             h = h + layer.mlp(layer.post_attention_layernorm(h))
         if hidden is not None:
             hidden.append(h)
-    if lm0.exit is not None:                      # early-exit adapter of a layer-subset self-draft
+    if lm0.exit is not None:  # early-exit adapter of a layer-subset self-draft
         h = lm0.exit(h)
     h = lm0.text.norm(h)
     if hidden is not None:
-        hidden[-1] = h                            # the last one is the normed state
+        hidden[-1] = h  # the last one is the normed state
         for r, hs in zip(reqs, zip(*(t[0].split(sizes) for t in hidden))):
             if r.lm._features_on():
                 r.lm._write_features(list(hs), 0 if r.prefill else r.lm.n_committed + r.old)
@@ -369,15 +413,15 @@ def _attn(at, i, x, rot, reqs, sizes):
     N, hd = x.shape[1], at.head_dim
     # q_proj packs [q_h, gate_h] per head.
     q, gate = at.q_proj(x).view(1, N, -1, 2 * hd).chunk(2, dim=-1)
-    q = at.q_norm(q).transpose(1, 2)                                         # [1, Hq, N, hd]
-    k = at.k_norm(at.k_proj(x).view(1, N, -1, hd)).transpose(1, 2)          # [1, Hkv, N, hd]
+    q = at.q_norm(q).transpose(1, 2)  # [1, Hq, N, hd]
+    k = at.k_norm(at.k_proj(x).view(1, N, -1, hd)).transpose(1, 2)  # [1, Hkv, N, hd]
     v = at.v_proj(x).view(1, N, -1, hd).transpose(1, 2)
     outs = []
     for r, (cos, sin), qr, kr, vr in zip(reqs, rot, q.split(sizes, 2), k.split(sizes, 2), v.split(sizes, 2)):
         qr, kr = _rotary(qr, cos, sin), _rotary(kr, cos, sin)
         K, V = (torch.cat([c, new], 2) for c, new in zip(r.lm.kv[i], (kr, vr)))
         r.lm.kv[i] = (K, V)
-        rep = qr.shape[1] // K.shape[1]                                     # grouped-query heads
+        rep = qr.shape[1] // K.shape[1]  # grouped-query heads
         att = (qr @ K.repeat_interleave(rep, 1).transpose(-1, -2)) * at.scaling
         att = att.masked_fill(~r.allowed, float("-inf")).softmax(-1, dtype=torch.float32).to(qr.dtype)
         outs.append(att @ V.repeat_interleave(rep, 1))
@@ -389,12 +433,12 @@ def _gdn(la, i, x, reqs, sizes):
     """Gated DeltaNet (Qwen3.5 / Qwen3-Next) of x [1, N, D] (all requests); updates each request's
     layer-i state. Returns [1, N, D]."""
     N = x.shape[1]
-    if hasattr(la, "in_proj_qkvz"):         # Qwen3-Next: fused projections grouped per key head
+    if hasattr(la, "in_proj_qkvz"):  # Qwen3-Next: fused projections grouped per key head
         q, k, v, z, b, a = la.fix_query_key_value_ordering(la.in_proj_qkvz(x), la.in_proj_ba(x))
         mixed = torch.cat([t.reshape(1, N, -1) for t in (q, k, v)], -1)
         b, a = b.reshape(1, N, -1), a.reshape(1, N, -1)
     else:
-        mixed = la.in_proj_qkv(x)                              # [1, N, Dc] conv inputs (q | k | v)
+        mixed = la.in_proj_qkv(x)  # [1, N, Dc] conv inputs (q | k | v)
         z = la.in_proj_z(x)
         b, a = la.in_proj_b(x), la.in_proj_a(x)
     z = z.reshape(1, N, -1, la.head_v_dim)
@@ -403,17 +447,20 @@ def _gdn(la, i, x, reqs, sizes):
         st = r.lm.gdn[i]
         # Path-dependent conv: each node over its ancestors (earlier extends included), then the tail.
         seq = m if r.prefill else _cat(st.x, m)
-        convs.append(tree_conv1d(seq, r.conv_parents, st.tail, la.conv1d.weight.squeeze(1), la.conv1d.bias,
-                                 la.activation)[:, -m.shape[1]:])
+        convs.append(
+            tree_conv1d(seq, r.conv_parents, st.tail, la.conv1d.weight.squeeze(1), la.conv1d.bias, la.activation)[
+                :, -m.shape[1] :
+            ]
+        )
         if r.prefill:
             W1 = st.tail.shape[1]
             full = torch.cat([st.tail, m], 1)
-            st.tail = full[:, full.shape[1] - W1:]
+            st.tail = full[:, full.shape[1] - W1 :]
         else:
             st.x = seq
     q, k, v = torch.cat(convs, 1).split([la.key_dim, la.key_dim, la.value_dim], -1)
-    rep = la.num_v_heads // la.num_k_heads                     # each q/k head serves `rep` value heads
-    q = (_l2norm(q.reshape(1, N, -1, la.head_k_dim).float()) * la.head_k_dim ** -0.5).repeat_interleave(rep, 2)
+    rep = la.num_v_heads // la.num_k_heads  # each q/k head serves `rep` value heads
+    q = (_l2norm(q.reshape(1, N, -1, la.head_k_dim).float()) * la.head_k_dim**-0.5).repeat_interleave(rep, 2)
     k = _l2norm(k.reshape(1, N, -1, la.head_k_dim).float()).repeat_interleave(rep, 2)
     v = v.reshape(1, N, -1, la.head_v_dim).float()
     beta = b.sigmoid().float()

@@ -7,6 +7,7 @@ precomputed, and attention is one scaled_dot_product_attention call with a boole
 needed. Norms, projections and MLPs are the transformers modules themselves, so the weights and the
 numerics are the same; `HFLM` (the stock forward) is the slow twin it is tested against.
 """
+
 from __future__ import annotations
 
 import torch
@@ -33,10 +34,10 @@ class LlamaLM(HFLM):
         with torch.inference_mode():
             pos = torch.arange(self.max_length, device=device)[None]
             probe = torch.zeros(1, device=device, dtype=self.dtype)
-            cos, sin = inner.rotary_emb(probe, pos)                     # [1, T, head_dim]
+            cos, sin = inner.rotary_emb(probe, pos)  # [1, T, head_dim]
         self.cos, self.sin = cos[0], sin[0]
         shape = (cfg.num_hidden_layers, 2, self.n_kv, self.max_length, self.head_dim)
-        self.kv = torch.empty(shape, device=device, dtype=self.dtype)   # [L, k/v, Hkv, T, hd]
+        self.kv = torch.empty(shape, device=device, dtype=self.dtype)  # [L, k/v, Hkv, T, hd]
 
     @torch.inference_mode()
     def reset(self, prompt_ids) -> torch.Tensor:
@@ -53,19 +54,19 @@ class LlamaLM(HFLM):
         if chain:
             mask = None if ids.numel() == 1 else "chain"
         else:
-            mask = self._tree_allowed(old)                              # bool: True = may attend
+            mask = self._tree_allowed(old)  # bool: True = may attend
         return self._forward(ids, pos, self.n_committed + old, mask)
 
     def _forward(self, ids, pos, start: int, mask) -> torch.Tensor:
         """ids, pos: [n]; new keys go to cache slots start..start+n-1; returns fp32 logits [n, V]."""
-        n, end = ids.numel(), start + ids.numel()
+        end = start + ids.numel()
         if isinstance(mask, str) and mask == "chain":
             mask = torch.arange(end, device=self.device)[None] <= torch.arange(start, end, device=self.device)[:, None]
-        causal = isinstance(mask, str)                                  # prefill from an empty cache
-        cos, sin = self.cos[pos][None], self.sin[pos][None]            # [1, n, hd]
+        causal = isinstance(mask, str)  # prefill from an empty cache
+        cos, sin = self.cos[pos][None], self.sin[pos][None]  # [1, n, hd]
         inner = self.model.model
         x = inner.embed_tokens(ids[None])
-        hidden = [x[0]] if self._features_on() else None          # transformers' hidden_states, [n, d] each
+        hidden = [x[0]] if self._features_on() else None  # transformers' hidden_states, [n, d] each
         for i, layer in enumerate(inner.layers):
             q, k, v = self.qkv(layer, x, cos, sin)
             self.kv[i, 0, :, start:end], self.kv[i, 1, :, start:end] = k[0], v[0]
@@ -75,7 +76,7 @@ class LlamaLM(HFLM):
                 hidden.append(x[0])
         x = inner.norm(x)
         if hidden is not None:
-            hidden[-1] = x[0]                                       # the last one is the normed state
+            hidden[-1] = x[0]  # the last one is the normed state
             self._write_features(hidden, start)
         return self.model.lm_head(x)[0].float()
 
@@ -91,14 +92,15 @@ class LlamaLM(HFLM):
     def attend_mlp(self, layer, x, q, keys, values, mask, causal: bool = False):
         """The rest of the layer: attention over keys/values [1, Hkv, T, hd] (bool mask [n, T], True =
         may attend), output projection, residuals and MLP."""
-        o = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, is_causal=causal,
-                                           enable_gqa=self.n_kv != self.n_heads)
+        o = F.scaled_dot_product_attention(
+            q, keys, values, attn_mask=mask, is_causal=causal, enable_gqa=self.n_kv != self.n_heads
+        )
         x = x + layer.self_attn.o_proj(o.transpose(1, 2).reshape(1, x.shape[1], -1))
         return x + layer.mlp(layer.post_attention_layernorm(x))
 
     def _commit(self, path: list[int]) -> None:
         n, keep = self.n_committed, len(path)
-        if path != list(range(keep)):                                  # a chain prefix needs no copy
+        if path != list(range(keep)):  # a chain prefix needs no copy
             src = torch.tensor(path, device=self.device) + n
-            self.kv[:, :, :, n:n + keep] = self.kv[:, :, :, src]
+            self.kv[:, :, :, n : n + keep] = self.kv[:, :, :, src]
         self._commit_features(path)

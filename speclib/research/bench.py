@@ -19,25 +19,26 @@ Every clock read goes through `speclib.core.device.clock`, which synchronises th
 The analytic model (docs/analytic_model.md): E = (1 - a^{K+1}) / (1 - a) tokens per target call,
 speedup = E / (K c + v(K)). Nothing here is asserted as a test.
 """
+
 from __future__ import annotations
 
 import argparse
 import statistics
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import pandas as pd
 import torch
 
 from speclib.core.analytic import expected_tokens, predicted_speedup  # noqa: F401  (part of bench's API)
-from speclib.research import stats
 from speclib.core.device import clock
-from speclib.drafters import ModelDrafter
 from speclib.core.generate import Generation, Stats, Step, generate
 from speclib.core.protocols import LM
 from speclib.core.sampling import Sampling
+from speclib.drafters import ModelDrafter
+from speclib.research import stats
 
-WARMUP_PASSES = 5          # untimed passes before timing a latency case (allocator, caches, kernel choice)
+WARMUP_PASSES = 5  # untimed passes before timing a latency case (allocator, caches, kernel choice)
 
 
 def _timed_extend(lm: LM, tokens: list[int]) -> float:
@@ -48,16 +49,18 @@ def _timed_extend(lm: LM, tokens: list[int]) -> float:
     return dt
 
 
-def latencies(cases: list[tuple[LM, int]], prefix_len: int = 128, repeats: int = 30,
-              warmup: int = WARMUP_PASSES) -> list[float]:
+def latencies(
+    cases: list[tuple[LM, int]], prefix_len: int = 128, repeats: int = 30, warmup: int = WARMUP_PASSES
+) -> list[float]:
     """Median seconds of one extend() scoring n new chain tokens over a cached prefix, for each
     (lm, n) case. The cases are timed round-robin, so a burst of machine noise hits them all alike
     instead of biasing whichever was being timed at that moment."""
     return [statistics.median(ts) for ts in latency_samples(cases, prefix_len, repeats, warmup)]
 
 
-def latency_samples(cases: list[tuple[LM, int]], prefix_len: int = 128, repeats: int = 30,
-                    warmup: int = WARMUP_PASSES) -> list[list[float]]:
+def latency_samples(
+    cases: list[tuple[LM, int]], prefix_len: int = 128, repeats: int = 30, warmup: int = WARMUP_PASSES
+) -> list[list[float]]:
     """Every timed repeat (seconds) of each (lm, n) case of `latencies`, warm-up excluded."""
     gen = torch.Generator().manual_seed(0)
     for lm in {id(lm): lm for lm, _ in cases}.values():
@@ -80,6 +83,7 @@ def cost_profile(target: LM, draft: LM, ks=range(1, 9), prefix_len: int = 128, r
 
 # --- paired runs and the estimator -------------------------------------------------------------
 
+
 def _row(g: Generation) -> dict:
     """What one decoding run contributes to a paired-runs row: time, tokens, acceptance, and the
     loop's per-step costs (medians, robust to the odd slow step)."""
@@ -87,19 +91,33 @@ def _row(g: Generation) -> dict:
     drafted = sum(s["drafted"] for s in steps)
     per_token = [s["draft_s"] / s["drafted"] for s in steps if s["drafted"]]
     accepted = g.stats.accepted_at
-    return dict(reached_by_position=reached_counts(steps, len(accepted)), accepted_by_position=list(accepted),
-                seconds=g.stats.seconds, new_tokens=len(g.tokens), target_calls=g.stats.target_calls,
-                tokens_per_call=g.stats.tokens_per_call, drafted=drafted,
-                accepted=sum(s["accepted"] for s in steps), acceptance=g.stats.acceptance_rate,
-                reached=sum(min(s["accepted"] + 1, s["drafted"]) for s in steps),
-                token_acceptance=token_acceptance(steps), draft_s=sum(s["draft_s"] for s in steps),
-                verify_s=sum(s["verify_s"] for s in steps),
-                step_verify_s=statistics.median(s["verify_s"] for s in steps) if steps else np.nan,
-                draft_token_s=statistics.median(per_token) if per_token else np.nan)
+    return dict(
+        reached_by_position=reached_counts(steps, len(accepted)),
+        accepted_by_position=list(accepted),
+        seconds=g.stats.seconds,
+        new_tokens=len(g.tokens),
+        target_calls=g.stats.target_calls,
+        tokens_per_call=g.stats.tokens_per_call,
+        drafted=drafted,
+        accepted=sum(s["accepted"] for s in steps),
+        acceptance=g.stats.acceptance_rate,
+        reached=sum(min(s["accepted"] + 1, s["drafted"]) for s in steps),
+        token_acceptance=token_acceptance(steps),
+        draft_s=sum(s["draft_s"] for s in steps),
+        verify_s=sum(s["verify_s"] for s in steps),
+        step_verify_s=statistics.median(s["verify_s"] for s in steps) if steps else np.nan,
+        draft_token_s=statistics.median(per_token) if per_token else np.nan,
+    )
 
 
-def paired_runs(prompts: list, methods: dict[str, Callable[[list[int], int], Generation]],
-                reference: str = "AR", rounds: int = 1, warmup: bool = True, progress=None) -> pd.DataFrame:
+def paired_runs(
+    prompts: list,
+    methods: dict[str, Callable[[list[int], int], Generation]],
+    reference: str = "AR",
+    rounds: int = 1,
+    warmup: bool = True,
+    progress=None,
+) -> pd.DataFrame:
     """Run every method on every prompt, the reference back to back with the others.
 
     methods: name -> run(prompt_ids, prompt_index) -> Generation; it must include `reference`. Per
@@ -134,8 +152,16 @@ def paired_runs(prompts: list, methods: dict[str, Callable[[list[int], int], Gen
             order = names if (pi + r) % 2 == 0 else names[::-1]
             out = {m: methods[m](list(ids), pi) for m in order}
             for m in names:
-                rows.append(dict(prompt=pi, round=r, method=m, order=order.index(m), **_row(out[m]),
-                                 same_as_reference=out[m].tokens == out[reference].tokens))
+                rows.append(
+                    dict(
+                        prompt=pi,
+                        round=r,
+                        method=m,
+                        order=order.index(m),
+                        **_row(out[m]),
+                        same_as_reference=out[m].tokens == out[reference].tokens,
+                    )
+                )
             if bar is not None:
                 bar.update()
     if bar is not None:
@@ -164,9 +190,16 @@ def speedup(runs: pd.DataFrame, method: str, reference: str = "AR", seed: int = 
     by_round = r.median(axis=0)
     m, a = runs[runs.method == method], runs[runs.method == reference]
     total = (m.new_tokens.sum() / m.seconds.sum()) / (a.new_tokens.sum() / a.seconds.sum())
-    return dict(speedup=float(est), lo=float(lo), hi=float(hi), total_ratio=float(total),
-                spread_lo=float(by_round.min()), spread_hi=float(by_round.max()),
-                prompts=int(r.shape[0]), rounds=int(r.shape[1]))
+    return dict(
+        speedup=float(est),
+        lo=float(lo),
+        hi=float(hi),
+        total_ratio=float(total),
+        spread_lo=float(by_round.min()),
+        spread_hi=float(by_round.max()),
+        prompts=int(r.shape[0]),
+        rounds=int(r.shape[1]),
+    )
 
 
 def loop_costs(runs: pd.DataFrame, method: str, reference: str = "AR") -> dict:
@@ -176,9 +209,11 @@ def loop_costs(runs: pd.DataFrame, method: str, reference: str = "AR") -> dict:
     method's usual draft size, acceptance and commit included."""
     idx = ["prompt", "round"]
     m, a = runs[runs.method == method].set_index(idx), runs[runs.method == reference].set_index(idx)
-    return dict(c=float((m.draft_token_s / a.step_verify_s).median()),
-                v=float((m.step_verify_s / a.step_verify_s).median()),
-                target_1=float(a.step_verify_s.median()))
+    return dict(
+        c=float((m.draft_token_s / a.step_verify_s).median()),
+        v=float((m.step_verify_s / a.step_verify_s).median()),
+        target_1=float(a.step_verify_s.median()),
+    )
 
 
 def speedup_table(runs: pd.DataFrame, reference: str = "AR", seed: int = 0) -> pd.DataFrame:
@@ -189,11 +224,18 @@ def speedup_table(runs: pd.DataFrame, reference: str = "AR", seed: int = 0) -> p
     for method in (m for m in runs.method.unique() if m != reference):
         g = runs[runs.method == method]
         acc, drafted, reached = g.accepted.sum(), g.drafted.sum(), g.reached.sum()
-        rows.append(dict(method=method, **speedup(runs, method, reference, seed), **loop_costs(runs, method, reference),
-                         acceptance=acc / drafted if drafted else np.nan,
-                         token_acceptance=acc / reached if reached else np.nan,
-                         tokens_per_call=float(g.tokens_per_call.mean()),
-                         identical=int(g.same_as_reference.sum()), runs=len(g)))
+        rows.append(
+            dict(
+                method=method,
+                **speedup(runs, method, reference, seed),
+                **loop_costs(runs, method, reference),
+                acceptance=acc / drafted if drafted else np.nan,
+                token_acceptance=acc / reached if reached else np.nan,
+                tokens_per_call=float(g.tokens_per_call.mean()),
+                identical=int(g.same_as_reference.sum()),
+                runs=len(g),
+            )
+        )
     return pd.DataFrame(rows)
 
 
@@ -218,8 +260,8 @@ def position_totals(runs: pd.DataFrame, k: int) -> tuple[np.ndarray, np.ndarray]
     (their per-run lists are shorter when a run drafted fewer positions, e.g. one that ended at once)."""
     reached, accepted = np.zeros(k, int), np.zeros(k, int)
     for r, a in zip(runs.reached_by_position, runs.accepted_by_position):
-        reached[:len(r)] += np.asarray(r[:k], int)
-        accepted[:len(a)] += np.asarray(a[:k], int)
+        reached[: len(r)] += np.asarray(r[:k], int)
+        accepted[: len(a)] += np.asarray(a[:k], int)
     return reached, accepted
 
 
@@ -228,38 +270,53 @@ def hf_assisted(target: LM, draft: LM, prompt_ids, max_new_tokens: int, k: int) 
     tokens only: transformers does not report its steps)."""
     cfg = draft.model.generation_config
     cfg.num_assistant_tokens, cfg.num_assistant_tokens_schedule = k, "constant"
-    cfg.assistant_confidence_threshold = 0.0          # always draft k: the same work as speclib's chain
+    cfg.assistant_confidence_threshold = 0.0  # always draft k: the same work as speclib's chain
     ids = torch.tensor([list(prompt_ids)], device=target.device)
     t0 = clock(target.device)
     with torch.inference_mode():
-        out = target.model.generate(ids, assistant_model=draft.model, do_sample=False,
-                                    max_new_tokens=max_new_tokens, pad_token_id=target.eos_token_id)
+        out = target.model.generate(
+            ids,
+            assistant_model=draft.model,
+            do_sample=False,
+            max_new_tokens=max_new_tokens,
+            pad_token_id=target.eos_token_id,
+        )
     seconds = clock(target.device) - t0
-    tokens = out[0, len(prompt_ids):].tolist()
+    tokens = out[0, len(prompt_ids) :].tolist()
     return Generation(tokens, "", Stats(new_tokens=len(tokens), seconds=seconds, tokens_per_s=len(tokens) / seconds))
 
 
-def chain_methods(target: LM, draft: LM, ks, max_new_tokens: int, sampling: Sampling, seed: int = 0,
-                  assisted: bool = False) -> dict:
+def chain_methods(
+    target: LM, draft: LM, ks, max_new_tokens: int, sampling: Sampling, seed: int = 0, assisted: bool = False
+) -> dict:
     """AR and speclib chain SD at each K (and transformers assisted generation at each K, greedy
     only) as `paired_runs` methods; run i uses seed + i, the same for every method."""
     methods = {"AR": lambda ids, i: generate(target, ids, max_new_tokens, sampling=sampling, seed=seed + i)}
     for k in ks:
-        methods[f"SD K={k}"] = (lambda k: lambda ids, i: generate(
-            target, ids, max_new_tokens, drafter=ModelDrafter(draft, k), sampling=sampling, seed=seed + i))(k)
+        methods[f"SD K={k}"] = (
+            lambda k: (
+                lambda ids, i: generate(
+                    target, ids, max_new_tokens, drafter=ModelDrafter(draft, k), sampling=sampling, seed=seed + i
+                )
+            )
+        )(k)
         if assisted:
-            methods[f"assisted K={k}"] = (lambda k: lambda ids, i: hf_assisted(target, draft, ids, max_new_tokens, k))(k)
+            methods[f"assisted K={k}"] = (lambda k: lambda ids, i: hf_assisted(target, draft, ids, max_new_tokens, k))(
+                k
+            )
     return methods
 
 
 def main(argv=None):
     from tqdm.auto import tqdm
 
-    from speclib.research import data
     from speclib.core.device import set_threads
     from speclib.lms.loading import load
-    ap = argparse.ArgumentParser(prog="python -m speclib bench", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    from speclib.research import data
+
+    ap = argparse.ArgumentParser(
+        prog="python -m speclib bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--target", default="code-target")
     ap.add_argument("--draft", default="code-draft")
     ap.add_argument("--prompts", type=int, default=12, help="reported prompts (held-out stdlib continuations)")
@@ -273,29 +330,52 @@ def main(argv=None):
     a = ap.parse_args(argv)
     print(f"torch threads: {set_threads(a.threads)}")
     target, draft = load(a.target, backend=a.target_backend), load(a.draft, backend=a.draft_backend)
-    with_hf = a.target_backend == a.draft_backend == "torch"      # assisted generation needs the torch models
+    with_hf = a.target_backend == a.draft_backend == "torch"  # assisted generation needs the torch models
     rows = data.load_workload("code_stdlib", a.pilot + a.prompts)
     prompts = [target.encode(r["prompt"]) for r in rows]
-    pilot, report = prompts[:a.pilot], prompts[a.pilot:]
+    pilot, report = prompts[: a.pilot], prompts[a.pilot :]
     ks = range(1, a.k_max + 1)
     greedy = Sampling(0.0)
     prof = cost_profile(target, draft, ks)
-    print(f"bare passes: T_target(1) = {prof['target_1'] * 1e3:.2f} ms, T_draft(1) = {prof['draft_1'] * 1e3:.2f} ms, "
-          f"c = {prof['c']:.3f}, v(K) = " + ", ".join(f"{prof['v'][k]:.2f}" for k in ks))
+    print(
+        f"bare passes: T_target(1) = {prof['target_1'] * 1e3:.2f} ms, T_draft(1) = {prof['draft_1'] * 1e3:.2f} ms, "
+        f"c = {prof['c']:.3f}, v(K) = " + ", ".join(f"{prof['v'][k]:.2f}" for k in ks)
+    )
     methods = chain_methods(target, draft, ks, a.max_new_tokens, greedy, assisted=with_hf)
     table = speedup_table(paired_runs(pilot, methods, progress=tqdm))
     best = table[table.method.str.startswith("SD")].sort_values("speedup").method.iloc[-1]
     print(f"pilot ({len(pilot)} prompts): best {best}, {table.set_index('method').speedup[best]:.2f}x")
     table = speedup_table(paired_runs(report, methods, rounds=a.rounds, progress=tqdm))
     with pd.option_context("display.width", 200, "display.max_columns", 20):
-        print(table[["method", "speedup", "lo", "hi", "total_ratio", "spread_lo", "spread_hi", "c", "v",
-                     "token_acceptance", "tokens_per_call", "identical", "runs"]].round(3).to_string(index=False))
+        print(
+            table[
+                [
+                    "method",
+                    "speedup",
+                    "lo",
+                    "hi",
+                    "total_ratio",
+                    "spread_lo",
+                    "spread_hi",
+                    "c",
+                    "v",
+                    "token_acceptance",
+                    "tokens_per_call",
+                    "identical",
+                    "runs",
+                ]
+            ]
+            .round(3)
+            .to_string(index=False)
+        )
     row = table.set_index("method").loc[best]
     k = int(best.split("=")[1])
     pred = predicted_speedup(row.token_acceptance, k, row.c, row.v)
-    print(f"reported ({len(report)} prompts x {a.rounds} rounds), K chosen on the pilot: {best} {row.speedup:.2f}x "
-          f"(95% CI {row.lo:.2f}-{row.hi:.2f}; total time {row.total_ratio:.2f}x; rounds {row.spread_lo:.2f}-"
-          f"{row.spread_hi:.2f}); analytic with in-loop c, v: {pred:.2f}x")
+    print(
+        f"reported ({len(report)} prompts x {a.rounds} rounds), K chosen on the pilot: {best} {row.speedup:.2f}x "
+        f"(95% CI {row.lo:.2f}-{row.hi:.2f}; total time {row.total_ratio:.2f}x; rounds {row.spread_lo:.2f}-"
+        f"{row.spread_hi:.2f}); analytic with in-loop c, v: {pred:.2f}x"
+    )
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ Strategies (speclib.lms.hybrid): "closed_form" (factors, fold on commit), "mater
 state per node), and "replay" — which cannot take a tree, so a tree is verified branch by branch:
 one chain extend per root-to-leaf path, the prior art for stacks without tree support.
 """
+
 from __future__ import annotations
 
 import statistics
@@ -21,7 +22,7 @@ def random_tree(n: int, depth: int, gen: torch.Generator) -> list[int]:
     confidence-expanded trees; each node's parent is a node of the previous level, earlier (higher-
     ranked) nodes more likely. Depth is at most `depth`."""
     levels = max(1, min(depth, n))
-    w = torch.linspace(1.0, 2.0, levels) * torch.linspace(2.0, 1.0, levels)      # bulge in the middle
+    w = torch.linspace(1.0, 2.0, levels) * torch.linspace(2.0, 1.0, levels)  # bulge in the middle
     sizes = [1] * levels
     for _ in range(n - levels):
         sizes[int(torch.multinomial(w, 1, generator=gen))] += 1
@@ -68,8 +69,17 @@ def verify_once(views: list, tokens: list[int], parents: list[int]) -> float:
     return dt
 
 
-def tree_latency(target, strategies, sizes, batches, prefix_len: int = 128, repeats: int = 10,
-                 warmup: int = 2, depth: int = 6, seed: int = 0) -> list[dict]:
+def tree_latency(
+    target,
+    strategies,
+    sizes,
+    batches,
+    prefix_len: int = 128,
+    repeats: int = 10,
+    warmup: int = 2,
+    depth: int = 6,
+    seed: int = 0,
+) -> list[dict]:
     """Median verify seconds per (strategy, tree size, batch). Each request gets its own random prefix
     of prefix_len tokens; the cases of one (size, batch) are timed round-robin across strategies."""
     gen = torch.Generator().manual_seed(seed)
@@ -88,8 +98,16 @@ def tree_latency(target, strategies, sizes, batches, prefix_len: int = 128, repe
                 for s in strategies:
                     times[s].append(verify_once(views[s, b], tokens, parents))
             for s in strategies:
-                rows.append(dict(strategy=s, nodes=n, batch=b, depth=max(len(p) for p in leaf_paths(parents)),
-                                 branches=len(leaf_paths(parents)), seconds=statistics.median(times[s][warmup:])))
+                rows.append(
+                    dict(
+                        strategy=s,
+                        nodes=n,
+                        batch=b,
+                        depth=max(len(p) for p in leaf_paths(parents)),
+                        branches=len(leaf_paths(parents)),
+                        seconds=statistics.median(times[s][warmup:]),
+                    )
+                )
     return rows
 
 
@@ -104,15 +122,16 @@ def state_bytes(lm) -> int:
     return total
 
 
-def layer_state_bytes(n: int, heads: int, dk: int, dv: int, depth: int = 6, seed: int = 0,
-                      time_it: bool = True, repeats: int = 5) -> dict:
+def layer_state_bytes(
+    n: int, heads: int, dk: int, dv: int, depth: int = 6, seed: int = 0, time_it: bool = True, repeats: int = 5
+) -> dict:
     """One Gated DeltaNet layer at a given head shape, a random n-node tree over a random state:
     speculative bytes held per strategy (measured on the returned tensors: closed_form's factors
     k [n, H, K], u [n, H, V], G [n, H], in fp32 and as bf16 storage; materialize's n states [H, K, V]
     fp32) and, if time_it, the median seconds of tree_gdn vs the node-by-node recurrence."""
     gen = torch.Generator().manual_seed(seed)
     parents = random_tree(n, depth, gen)
-    q = torch.nn.functional.normalize(torch.randn(1, n, heads, dk, generator=gen), dim=-1) * dk ** -0.5
+    q = torch.nn.functional.normalize(torch.randn(1, n, heads, dk, generator=gen), dim=-1) * dk**-0.5
     k = torch.nn.functional.normalize(torch.randn(1, n, heads, dk, generator=gen), dim=-1)
     v = torch.randn(1, n, heads, dv, generator=gen)
     g = -torch.rand(1, n, heads, generator=gen)
@@ -127,28 +146,40 @@ def layer_state_bytes(n: int, heads: int, dk: int, dv: int, depth: int = 6, seed
         states = []
         for j, p in enumerate(parents):
             Sp = S[0] if p < 0 else states[p]
-            states.append(recurrent_gated_delta_rule(q[0, j:j + 1], k[0, j:j + 1], v[0, j:j + 1],
-                                                     g[0, j:j + 1], beta[0, j:j + 1], Sp)[2])
+            states.append(
+                recurrent_gated_delta_rule(
+                    q[0, j : j + 1], k[0, j : j + 1], v[0, j : j + 1], g[0, j : j + 1], beta[0, j : j + 1], Sp
+                )[2]
+            )
         return states
 
     _, f = closed()
     factor_elems = f.k.numel() + f.u.numel() + f.G.numel()
     states = materialize()
-    out = dict(nodes=n, heads=heads, dk=dk, dv=dv,
-               closed_form_fp32_bytes=factor_elems * 4, closed_form_bf16_bytes=factor_elems * 2,
-               materialize_bytes=sum(s.numel() * s.element_size() for s in states))
+    out = dict(
+        nodes=n,
+        heads=heads,
+        dk=dk,
+        dv=dv,
+        closed_form_fp32_bytes=factor_elems * 4,
+        closed_form_bf16_bytes=factor_elems * 2,
+        materialize_bytes=sum(s.numel() * s.element_size() for s in states),
+    )
     if time_it:
         for name, fn in (("closed_form", closed), ("materialize", materialize)):
             fn()
             ts = []
             for _ in range(repeats):
-                t0 = clock(q.device); fn(); ts.append(clock(q.device) - t0)
+                t0 = clock(q.device)
+                fn()
+                ts.append(clock(q.device) - t0)
             out[f"{name}_seconds"] = statistics.median(ts)
     return out
 
 
-def choose_budget(verify_s: dict[int, float], batch: int, tokens_per_call: dict[int, float],
-                  draft_s: dict[int, float]) -> tuple[int, dict[int, float]]:
+def choose_budget(
+    verify_s: dict[int, float], batch: int, tokens_per_call: dict[int, float], draft_s: dict[int, float]
+) -> tuple[int, dict[int, float]]:
     """The tree budget per request for a batch, from a cost model profiled at start.
 
     verify_s[n]: seconds of one verify pass at this batch size with n nodes per request (the batch
@@ -159,8 +190,10 @@ def choose_budget(verify_s: dict[int, float], batch: int, tokens_per_call: dict[
     and the budget is its argmax. Returns (n, {n: predicted tokens per second})."""
     common = sorted(set(verify_s) & set(tokens_per_call) & set(draft_s))
     if not common:
-        raise ValueError(f"no budget measured in all three profiles: verify {sorted(verify_s)}, "
-                         f"tokens/call {sorted(tokens_per_call)}, draft {sorted(draft_s)}")
+        raise ValueError(
+            f"no budget measured in all three profiles: verify {sorted(verify_s)}, "
+            f"tokens/call {sorted(tokens_per_call)}, draft {sorted(draft_s)}"
+        )
     rate = {n: batch * tokens_per_call[n] / (batch * draft_s[n] + verify_s[n]) for n in common}
     return max(rate, key=rate.get), rate
 

@@ -10,6 +10,7 @@ the answers are cached under build/train/ (resumable) and joined into token stre
 
     python -m speclib chat_data smollm2-135m-instruct --n 400       # answers for the train split
 """
+
 from __future__ import annotations
 
 import ast
@@ -22,11 +23,11 @@ from pathlib import Path
 
 import numpy as np
 
-from speclib.research import data
 from speclib.core.device import REPO
+from speclib.research import data
 
 STATE = REPO / "build" / "train"
-HELDOUT_FRACTION = 0.1     # instructions of the held-out split per training instruction asked for
+HELDOUT_FRACTION = 0.1  # instructions of the held-out split per training instruction asked for
 
 _KINDS = (
     ("summarize", "Summarize the following documentation in two or three sentences.\n\n{doc}"),
@@ -70,8 +71,10 @@ def _word_problem(rng: random.Random) -> str:
     c = rng.randrange(1, a * (b + 1))
     who = rng.choice(("A baker", "A library", "A farmer", "A school", "A shop"))
     thing = rng.choice(("boxes", "books", "apples", "chairs", "tickets"))
-    return (f"{who} has {a} {thing} and buys {b} times as many. Then {c} of them are given away. "
-            f"How many {thing} are left? Explain step by step.")
+    return (
+        f"{who} has {a} {thing} and buys {b} times as many. Then {c} of them are given away. "
+        f"How many {thing} are left? Explain step by step."
+    )
 
 
 def instructions(split: str, n: int, seed: int = 0) -> list[dict]:
@@ -89,8 +92,15 @@ def instructions(split: str, n: int, seed: int = 0) -> list[dict]:
         kind, template = _KINDS[i % len(_KINDS)]
         module, qual, doc = docs[i % len(docs)]
         first = doc.split("\n\n")[0].replace("\n", " ")
-        prompt = template.format(doc=doc, first=first, lang=rng.choice(_LANGS), name=qual.split(".")[-1], qual=qual,
-                                 module=module, math=_word_problem(rng))
+        prompt = template.format(
+            doc=doc,
+            first=first,
+            lang=rng.choice(_LANGS),
+            name=qual.split(".")[-1],
+            qual=qual,
+            module=module,
+            math=_word_problem(rng),
+        )
         out.append({"id": f"{split}/{i}:{kind}:{qual}", "kind": kind, "module": module, "prompt": prompt})
     return out
 
@@ -107,8 +117,9 @@ def answers_path(target: str, split: str) -> Path:
     return STATE / f"{target}-answers" / f"{split}.jsonl"
 
 
-def answer(target: str, split: str, n: int, max_new_tokens: int = 192, batch: int = 8, seed: int = 0,
-           log=print) -> Path:
+def answer(
+    target: str, split: str, n: int, max_new_tokens: int = 192, batch: int = 8, seed: int = 0, log=print
+) -> Path:
     """The target's greedy answers to `instructions(split, n)`, appended batch by batch to
     `answers_path(target, split)` (a rerun answers only what is missing). Each row: id, kind and the
     conversation's token ids (chat template, prompt and answer, ending at EOS or the token limit)."""
@@ -117,6 +128,7 @@ def answer(target: str, split: str, n: int, max_new_tokens: int = 192, batch: in
 
     from speclib.lms import pretrained
     from speclib.research import spec_bench
+
     rows = instructions(split, n, seed)
     check_disjoint(rows, spec_bench.questions())
     path = answers_path(target, split)
@@ -131,9 +143,13 @@ def answer(target: str, split: str, n: int, max_new_tokens: int = 192, batch: in
     pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
     with path.open("a") as f:
         for i in range(0, len(todo), batch):
-            chunk = todo[i:i + batch]
-            prompts = [tok.apply_chat_template([{"role": "user", "content": r["prompt"]}], add_generation_prompt=True,
-                                               tokenize=False) for r in chunk]
+            chunk = todo[i : i + batch]
+            prompts = [
+                tok.apply_chat_template(
+                    [{"role": "user", "content": r["prompt"]}], add_generation_prompt=True, tokenize=False
+                )
+                for r in chunk
+            ]
             enc = tok(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
             with torch.no_grad():
                 out = model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=pad)
@@ -142,9 +158,11 @@ def answer(target: str, split: str, n: int, max_new_tokens: int = 192, batch: in
                 prompt_ids = [int(t) for t, m in zip(ids[:width], mask) if m]
                 new = [int(t) for t in ids[width:]]
                 if tok.eos_token_id in new:
-                    new = new[:new.index(tok.eos_token_id) + 1]
-                f.write(json.dumps({"id": r["id"], "kind": r["kind"], "ids": prompt_ids + new,
-                                    "answer_tokens": len(new)}) + "\n")
+                    new = new[: new.index(tok.eos_token_id) + 1]
+                f.write(
+                    json.dumps({"id": r["id"], "kind": r["kind"], "ids": prompt_ids + new, "answer_tokens": len(new)})
+                    + "\n"
+                )
             f.flush()
             log(f"{split}: {min(i + batch, len(todo))}/{len(todo)} answered")
     return path
@@ -161,8 +179,10 @@ def stream(target: str, split: str, n: int | None = None) -> np.ndarray:
         wanted = [r["id"] for r in instructions(split, n)]
         missing = [i for i in wanted if i not in rows]
         if missing:
-            raise ValueError(f"{len(missing)} of the first {n} {split} instructions have no answer in {path}: "
-                             f"python -m speclib chat_data {target} --n {n}")
+            raise ValueError(
+                f"{len(missing)} of the first {n} {split} instructions have no answer in {path}: "
+                f"python -m speclib chat_data {target} --n {n}"
+            )
         rows = {i: rows[i] for i in wanted}
     ids = [t for r in rows.values() for t in r["ids"]]
     return np.asarray(ids, dtype=np.int32)
@@ -175,16 +195,19 @@ def prompt_stream(target: str, split: str, n: int = 4000, seed: int = 0) -> np.n
     from transformers import AutoTokenizer
 
     from speclib.lms import pretrained
+
     tok = AutoTokenizer.from_pretrained(pretrained.materialize(target))
     ids = []
     for r in instructions(split, n, seed):
-        ids += tok.apply_chat_template([{"role": "user", "content": r["prompt"]}], add_generation_prompt=True,
-                                       tokenize=True, return_dict=False) + [tok.eos_token_id]
+        ids += tok.apply_chat_template(
+            [{"role": "user", "content": r["prompt"]}], add_generation_prompt=True, tokenize=True, return_dict=False
+        ) + [tok.eos_token_id]
     return np.asarray(ids, dtype=np.int32)
 
 
 def main(argv=None) -> None:
     import argparse
+
     ap = argparse.ArgumentParser(prog="python -m speclib chat_data", description=__doc__.split("\n\n")[0])
     ap.add_argument("target")
     ap.add_argument("--n", type=int, default=400, help="training instructions (held-out: a tenth as many)")

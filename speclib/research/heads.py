@@ -8,6 +8,7 @@ has the maths, the training objective and why drafting with it stays lossless.
     head = speclib.load_head("code-target-head")       # data/checkpoints/code-target-head/
     python -m speclib train head code-target --minutes 30
 """
+
 from __future__ import annotations
 
 import json
@@ -22,9 +23,9 @@ from speclib.lms.head import COUNTS, FeatureHead, new_head, save_head
 from speclib.lms.lm import CHECKPOINTS
 from speclib.research import training
 
-STEP_DECAY = 0.8             # weight of unrolled step s in the loss: STEP_DECAY ** (s - 1)
-FEATURE_WEIGHT = 0.2         # weight of the feature-regression term beside the distribution term
-PROMPT_MIX = 0.5             # a pretrained target's head: share of each batch from instructions without answers
+STEP_DECAY = 0.8  # weight of unrolled step s in the loss: STEP_DECAY ** (s - 1)
+FEATURE_WEIGHT = 0.2  # weight of the feature-regression term beside the distribution term
+PROMPT_MIX = 0.5  # a pretrained target's head: share of each batch from instructions without answers
 
 
 # --- training ------------------------------------------------------------------------------------
@@ -47,7 +48,7 @@ def unrolled_attention(q: torch.Tensor, keys: list, values: list) -> torch.Tenso
     att = torch.softmax(torch.cat(scores, -1), -1)
     o = att[..., :T] @ values[0]
     for i, v in enumerate(shifted):
-        o = o + att[..., T + i:T + i + 1] * v
+        o = o + att[..., T + i : T + i + 1] * v
     return o
 
 
@@ -81,7 +82,8 @@ def unrolled_states(head: FeatureHead, embed, x: torch.Tensor, feats: torch.Tens
         inp = fused if s == 1 else F.pad(states[-1], (0, 0, 1, 0))[:, :T]
         h_in = head.inp(torch.cat([inp, emb], -1))
         q, k, v = head.layer.qkv(h_in, pos)
-        keys.append(k); values.append(v)
+        keys.append(k)
+        values.append(v)
         states.append(head.layer.finish(h_in, unrolled_attention(q, keys, values)))
     return states
 
@@ -110,10 +112,28 @@ def unrolled_loss(head: FeatureHead, parts, x, feats, top, logp, unroll: int, ro
     return total, ces, agree
 
 
-def fit(target, head: FeatureHead, train: np.ndarray, held: np.ndarray, state_dir, *, steps: int = 2000,
-        minutes: float = 30, batch: int = 8, seq: int = 256, unroll: int = 3, lr: float = 1e-3, seed: int = 0,
-        autocast: bool = True, eval_every: int = 100, n_eval: int = 16, extra: np.ndarray | None = None,
-        mix: float = 0.0, rows: torch.Tensor | None = None, log=print) -> dict:
+def fit(
+    target,
+    head: FeatureHead,
+    train: np.ndarray,
+    held: np.ndarray,
+    state_dir,
+    *,
+    steps: int = 2000,
+    minutes: float = 30,
+    batch: int = 8,
+    seq: int = 256,
+    unroll: int = 3,
+    lr: float = 1e-3,
+    seed: int = 0,
+    autocast: bool = True,
+    eval_every: int = 100,
+    n_eval: int = 16,
+    extra: np.ndarray | None = None,
+    mix: float = 0.0,
+    rows: torch.Tensor | None = None,
+    log=print,
+) -> dict:
     """Train `head` on `target`'s features over token streams; resumable (state_dir/state.pt, written at
     least every training.SAVE_EVERY_S seconds and at the end, resumed when present). Stops after `steps`
     steps in all or `minutes` in this call. rows: train over these token ids only (FR-Spec's drafting
@@ -134,16 +154,22 @@ def fit(target, head: FeatureHead, train: np.ndarray, held: np.ndarray, state_di
     else:
         st = {"step": 0, "tokens": 0, "seconds": 0.0, "evals": []}
     starts = np.linspace(0, len(held) - seq - 2, n_eval).astype(int)
-    held_x = torch.stack([torch.from_numpy(held[s:s + seq + 1].astype(np.int64)) for s in starts])
+    held_x = torch.stack([torch.from_numpy(held[s : s + seq + 1].astype(np.int64)) for s in starts])
 
     def evaluate() -> dict:
         head.eval()
         with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
-            runs = [unrolled_loss(head, parts, xb, *target_pass(model, xb, layers, autocast, rows), unroll, rows)[1:]
-                    for xb in held_x.split(batch)]
+            runs = [
+                unrolled_loss(head, parts, xb, *target_pass(model, xb, layers, autocast, rows), unroll, rows)[1:]
+                for xb in held_x.split(batch)
+            ]
         head.train()
-        return {"step": st["step"], "tokens": st["tokens"], "ce": [round(float(np.mean(c)), 4) for c in zip(*(r[0] for r in runs))],
-                "agreement": [round(float(np.mean(a)), 4) for a in zip(*(r[1] for r in runs))]}
+        return {
+            "step": st["step"],
+            "tokens": st["tokens"],
+            "ce": [round(float(np.mean(c)), 4) for c in zip(*(r[0] for r in runs))],
+            "agreement": [round(float(np.mean(a)), 4) for a in zip(*(r[1] for r in runs))],
+        }
 
     def step_loss():
         n_mix = int(round(mix * batch)) if extra is not None else 0
@@ -151,31 +177,55 @@ def fit(target, head: FeatureHead, train: np.ndarray, held: np.ndarray, state_di
         if n_mix:
             x = torch.cat([x, training.batch(extra, n_mix, seq, gen)])
         target_out = target_pass(model, x, layers, autocast, rows)
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):     # AMX / bf16 units: ~3x
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):  # AMX / bf16 units: ~3x
             loss, ces, _ = unrolled_loss(head, parts, x, *target_out, unroll, rows)
         return loss, ces
 
     def on_step(st, loss, ces):
         if st["step"] % 10 == 0 or st["step"] == 1:
-            log(f"step {st['step']}: loss {loss.item():.4f}, ce per step {[round(c, 3) for c in ces]}, "
-                f"{st['tokens'] / st['seconds']:.0f} tokens/s")
+            log(
+                f"step {st['step']}: loss {loss.item():.4f}, ce per step {[round(c, 3) for c in ces]}, "
+                f"{st['tokens'] / st['seconds']:.0f} tokens/s"
+            )
         if st["step"] % eval_every == 0:
             st["evals"].append(evaluate())
             log(f"held-out: {st['evals'][-1]}")
 
     head.train()
-    training.run_training(step_loss, opt, st, steps=steps, minutes=minutes, tokens_per_step=batch * seq, lr=lr,
-                 warmup=min(100, steps // 10 + 1), on_step=on_step, checkpoint=checkpoint)
+    training.run_training(
+        step_loss,
+        opt,
+        st,
+        steps=steps,
+        minutes=minutes,
+        tokens_per_step=batch * seq,
+        lr=lr,
+        warmup=min(100, steps // 10 + 1),
+        on_step=on_step,
+        checkpoint=checkpoint,
+    )
     if not st["evals"] or st["evals"][-1]["step"] != st["step"]:
         st["evals"].append(evaluate())
         log(f"held-out: {st['evals'][-1]}")
-        checkpoint.save(st)             # the saved record ends with this evaluation too
+        checkpoint.save(st)  # the saved record ends with this evaluation too
     return st
 
 
-def train_head(target_name: str, out=None, minutes: float = 30, steps: int = 2000, batch: int = 8, seq: int = 256,
-               unroll: int = 3, lr: float = 1e-3, layers=None, seed: int = 0, autocast: bool = True,
-               eval_every: int = 100, vocab: int | None = None) -> Path:
+def train_head(
+    target_name: str,
+    out=None,
+    minutes: float = 30,
+    steps: int = 2000,
+    batch: int = 8,
+    seq: int = 256,
+    unroll: int = 3,
+    lr: float = 1e-3,
+    layers=None,
+    seed: int = 0,
+    autocast: bool = True,
+    eval_every: int = 100,
+    vocab: int | None = None,
+) -> Path:
     """Train (or resume) the head of a shipped target on the target's own training split (the preset's
     streams in `speclib.research.training`, its workload mix included) and write data/checkpoints/<target>-head/
     (or `out`) with a MODEL_CARD.md. State in build/train/<out name>/. A pretrained target
@@ -185,6 +235,7 @@ def train_head(target_name: str, out=None, minutes: float = 30, steps: int = 200
     from speclib.lms import pretrained
     from speclib.lms.loading import load
     from speclib.research import chat_data
+
     lm = load(target_name, device="cpu", dtype=torch.float32)
     out = Path(out) if out is not None else CHECKPOINTS / f"{Path(target_name).name}-head"
     preset = training.PRESETS.get(target_name, {})
@@ -203,22 +254,44 @@ def train_head(target_name: str, out=None, minutes: float = 30, steps: int = 200
     rows = None
     if vocab is not None:
         from speclib.drafters import frequent_tokens
+
         rows = frequent_tokens(counts, vocab)
         head.config["train_vocab"] = int(vocab)
-    st = fit(lm, head, train_s, held_s, training.STATE / out.name, steps=steps, minutes=minutes, batch=batch, seq=seq,
-             unroll=unroll, lr=lr, seed=seed, autocast=autocast, eval_every=eval_every, extra=extra,
-             mix=mix, rows=rows, log=lambda m: print(m, flush=True))
+    st = fit(
+        lm,
+        head,
+        train_s,
+        held_s,
+        training.STATE / out.name,
+        steps=steps,
+        minutes=minutes,
+        batch=batch,
+        seq=seq,
+        unroll=unroll,
+        lr=lr,
+        seed=seed,
+        autocast=autocast,
+        eval_every=eval_every,
+        extra=extra,
+        mix=mix,
+        rows=rows,
+        log=lambda m: print(m, flush=True),
+    )
     save_head(head, out)
     np.save(out / COUNTS, counts)
     knobs = dict(unroll=unroll, batch=batch, seq=seq, lr=lr)
     if rows is not None:
-        knobs["vocab"] = (f"over the {vocab} most frequent tokens of the training data only ({seen[np.isin(seen, rows.numpy())].size / seen.size:.1%} "
-                          f"of its tokens; the target's distribution renormalized over them; draft with "
-                          f"`FeatureDrafter(vocab=frequent_tokens(token_counts(...), {vocab}))`)")
+        knobs["vocab"] = (
+            f"over the {vocab} most frequent tokens of the training data only ({seen[np.isin(seen, rows.numpy())].size / seen.size:.1%} "
+            f"of its tokens; the target's distribution renormalized over them; draft with "
+            f"`FeatureDrafter(vocab=frequent_tokens(token_counts(...), {vocab}))`)"
+        )
     if target_name in pretrained.MODELS:
-        knobs["data"] = (f"the target's own greedy answers to instructions built from the standard library's "
-                         f"docstrings (`speclib.research.chat_data`; {len(train_s) / 1e6:.2f}M tokens), half of each batch from "
-                         f"{len(extra) / 1e6:.2f}M tokens of further instructions in its chat template without answers")
+        knobs["data"] = (
+            f"the target's own greedy answers to instructions built from the standard library's "
+            f"docstrings (`speclib.research.chat_data`; {len(train_s) / 1e6:.2f}M tokens), half of each batch from "
+            f"{len(extra) / 1e6:.2f}M tokens of further instructions in its chat template without answers"
+        )
     write_card(out, head, st, knobs)
     return out
 
@@ -226,26 +299,39 @@ def train_head(target_name: str, out=None, minutes: float = 30, steps: int = 200
 def write_card(out: Path, head: FeatureHead, st: dict, knobs: dict) -> None:
     c, last = head.config, st["evals"][-1]
     n_params = sum(p.numel() for p in head.parameters())
-    curve = ", ".join(f"{e['tokens'] / 1e6:.2f}M tok: {e['ce'][0]:.3f}" for e in st["evals"][:: max(1, len(st["evals"]) // 8)])
+    curve = ", ".join(
+        f"{e['tokens'] / 1e6:.2f}M tok: {e['ce'][0]:.3f}" for e in st["evals"][:: max(1, len(st["evals"]) // 8)]
+    )
     card = f"""# {out.name}
 
-EAGLE-style feature-level draft head for `{c['target']}` (weights fingerprint `{c['fingerprint']}`):
-fuse(features of hidden states {c['feature_layers']}) and the next token's embedding -> one Llama decoder
-layer (hidden {c['hidden_size']}, {c['num_heads']} heads, MLP {c['intermediate_size']}) -> the target's frozen
+EAGLE-style feature-level draft head for `{c["target"]}` (weights fingerprint `{c["fingerprint"]}`):
+fuse(features of hidden states {c["feature_layers"]}) and the next token's embedding -> one Llama decoder
+layer (hidden {c["hidden_size"]}, {c["num_heads"]} heads, MLP {c["intermediate_size"]}) -> the target's frozen
 final norm and LM head. {n_params / 1e6:.2f}M parameters of its own, stored in bf16. See docs/feature_drafting.md.
 
-- Command: `python -m speclib train {' '.join(sys.argv[1:]) or 'head ' + c['target']}` (resumable).
-- Objective: cross-entropy to the target's next-token distribution{' ' + knobs['vocab'] if 'vocab' in knobs else ''} + {FEATURE_WEIGHT} x smooth-L1 regression onto
-  the target's final normed state, over {knobs['unroll']} unrolled draft steps (step s weighted {STEP_DECAY}^(s-1));
-  batches of {knobs['batch']} x {knobs['seq']} tokens from {knobs.get('data', "the target's training split")}, AdamW, peak lr {knobs['lr']}.
-- Tokens seen: {st['tokens'] / 1e6:.2f}M in {st['step']} steps; training wall time {st['seconds'] / 60:.1f} min on CPU
-  ({st['tokens'] / max(st['seconds'], 1e-9):.0f} tokens/s, the target's forward included).
-- Held-out ({len(st['evals'])} evaluations, 16 windows): cross-entropy to the target per draft step
-  **{last['ce']}** nats/token; top-1 agreement with the target per draft step **{last['agreement']}**
+- Command: `python -m speclib train {" ".join(sys.argv[1:]) or "head " + c["target"]}` (resumable).
+- Objective: cross-entropy to the target's next-token distribution{" " + knobs["vocab"] if "vocab" in knobs else ""} + {FEATURE_WEIGHT} x smooth-L1 regression onto
+  the target's final normed state, over {knobs["unroll"]} unrolled draft steps (step s weighted {STEP_DECAY}^(s-1));
+  batches of {knobs["batch"]} x {knobs["seq"]} tokens from {knobs.get("data", "the target's training split")}, AdamW, peak lr {knobs["lr"]}.
+- Tokens seen: {st["tokens"] / 1e6:.2f}M in {st["step"]} steps; training wall time {st["seconds"] / 60:.1f} min on CPU
+  ({st["tokens"] / max(st["seconds"], 1e-9):.0f} tokens/s, the target's forward included).
+- Held-out ({len(st["evals"])} evaluations, 16 windows): cross-entropy to the target per draft step
+  **{last["ce"]}** nats/token; top-1 agreement with the target per draft step **{last["agreement"]}**
   (teacher-forced on the data's tokens: a proxy for the greedy acceptance rate at draft position s).
 - Step-1 cross-entropy curve: {curve}.
 """
     (out / "MODEL_CARD.md").write_text(card)
-    (out / "training.json").write_text(json.dumps({"target": c["target"], "steps": st["step"], "tokens_seen": st["tokens"],
-                                                   "train_minutes": round(st["seconds"] / 60, 1), "heldout": last,
-                                                   "parameters": n_params, **knobs}, indent=1))
+    (out / "training.json").write_text(
+        json.dumps(
+            {
+                "target": c["target"],
+                "steps": st["step"],
+                "tokens_seen": st["tokens"],
+                "train_minutes": round(st["seconds"] / 60, 1),
+                "heldout": last,
+                "parameters": n_params,
+                **knobs,
+            },
+            indent=1,
+        )
+    )

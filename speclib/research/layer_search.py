@@ -7,11 +7,12 @@ Losses and acceptance proxies compare a subset view's next-token distribution wi
 `flop_cost` is a subset's cost relative to the full model; `train_exit` distils the full model into an
 `ExitAdapter` on the subset's last hidden state (the target's weights are untouched).
 """
+
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 import torch
@@ -40,24 +41,28 @@ def _logits(lm, window) -> torch.Tensor:
 def _check_windows(windows, shortest: int) -> list:
     windows = list(windows)
     if not windows or any(len(w) < shortest for w in windows):
-        raise ValueError(f"windows must be one or more token windows of >= {shortest} tokens each, got lengths "
-                         f"{[len(w) for w in windows]}")
+        raise ValueError(
+            f"windows must be one or more token windows of >= {shortest} tokens each, got lengths "
+            f"{[len(w) for w in windows]}"
+        )
     return windows
 
 
 def lm_loss(lm, windows) -> float:
     """Mean next-token loss (nats) of any chain LM over token windows (one reset + extend per window)."""
     windows = _check_windows(windows, 2)
-    losses = [F.cross_entropy(_logits(lm, w)[:-1], torch.tensor([int(t) for t in w[1:]]), reduction="none")
-              for w in windows]
+    losses = [
+        F.cross_entropy(_logits(lm, w)[:-1], torch.tensor([int(t) for t in w[1:]]), reduction="none") for w in windows
+    ]
     return float(torch.cat(losses).mean())
 
 
 def subset_loss(target: HybridLM, layers, windows, exit: torch.nn.Module | None = None) -> float:
     """Mean held-out next-token loss (nats) of the subset model over token windows: the same
     computation as `bench_tree.heldout_loss` on `target.view(layers=layers, exit=exit)`."""
-    return lm_loss(_hybrid(target, "subset_loss").view(layers=check_layers(layers, len(target.is_gdn)), exit=exit),
-                   windows)
+    return lm_loss(
+        _hybrid(target, "subset_loss").view(layers=check_layers(layers, len(target.is_gdn)), exit=exit), windows
+    )
 
 
 def _acceptance(p_logits: torch.Tensor, q_logits: torch.Tensor, temperature: float) -> torch.Tensor:
@@ -78,8 +83,9 @@ def lm_acceptance(full, draft, windows, temperature: float = 1.0) -> float:
     return float(torch.cat([_acceptance(_logits(full, w), _logits(draft, w), temperature) for w in windows]).mean())
 
 
-def acceptance_proxy(target: HybridLM, layers, windows, exit: torch.nn.Module | None = None,
-                     temperature: float = 1.0) -> float:
+def acceptance_proxy(
+    target: HybridLM, layers, windows, exit: torch.nn.Module | None = None, temperature: float = 1.0
+) -> float:
     """Mean teacher-forced acceptance of the subset's drafts on token windows: at every position,
     sum_x min(p, q) between the full model p and the subset q (argmax agreement at temperature 0).
     A cheap stand-in for the per-token acceptance a of decoding runs (it scores the windows' text, not
@@ -123,6 +129,7 @@ def proxy_measure(target: HybridLM, windows, context: int = 128, temperature: fl
         view = target.view(layers=layers, exit=None)
         acc = torch.cat([_acceptance(pw, _logits(view, w), temperature) for pw, w in zip(p, windows)])
         return float(acc.mean()), flop_cost(target, layers, context)
+
     return measure
 
 
@@ -131,6 +138,7 @@ def proxy_measure(target: HybridLM, windows, context: int = 128, temperature: fl
 class SubsetSearch:
     """What `search_subsets` found: the best subset seen, where it started, and every measurement
     (rows of layers, alpha, c, predicted speedup) in order."""
+
     layers: list[int]
     predicted: float
     start: list[int]
@@ -142,8 +150,9 @@ class SubsetSearch:
         return len(self.history)
 
 
-def search_subsets(target: HybridLM, prompts, measure: Callable, budget: int = 30, k: int = 2, v: float = 1.0,
-                   start=None) -> SubsetSearch:
+def search_subsets(
+    target: HybridLM, prompts, measure: Callable, budget: int = 30, k: int = 2, v: float = 1.0, start=None
+) -> SubsetSearch:
     """Greedy layer removal maximising the analytic predicted speedup E(a, k) / (k c + v).
 
     measure(layers, prompts) -> (a, c): per-token acceptance of the subset's drafts and its cost ratio
@@ -199,16 +208,29 @@ class _Capture(torch.nn.Module):
 def _hidden(view: HybridLM, window: list[int]) -> torch.Tensor:
     """[T, D] last hidden states of `view`'s layers over a window (its exit must be a _Capture)."""
     view.reset(window)
-    return view.exit.h[0].clone()          # clone: a normal tensor out of inference mode, usable by autograd
+    return view.exit.h[0].clone()  # clone: a normal tensor out of inference mode, usable by autograd
 
 
 def _windows(stream: np.ndarray, starts, seq: int) -> list[list[int]]:
-    return [stream[s:s + seq].astype(np.int64).tolist() for s in starts]
+    return [stream[s : s + seq].astype(np.int64).tolist() for s in starts]
 
 
-def train_exit(target: HybridLM, layers, stream: np.ndarray, steps: int, *, held: np.ndarray | None = None,
-               minutes: float = 10.0, rank: int = 16, batch: int = 8, seq: int = 128, lr: float = 3e-3,
-               n_eval: int = 8, seed: int = 0, log=None) -> tuple[ExitAdapter, dict]:
+def train_exit(
+    target: HybridLM,
+    layers,
+    stream: np.ndarray,
+    steps: int,
+    *,
+    held: np.ndarray | None = None,
+    minutes: float = 10.0,
+    rank: int = 16,
+    batch: int = 8,
+    seq: int = 128,
+    lr: float = 3e-3,
+    n_eval: int = 8,
+    seed: int = 0,
+    log=None,
+) -> tuple[ExitAdapter, dict]:
     """Train an `ExitAdapter` for the subset `layers` by distillation: minimise KL(p_full || q_subset)
     per position, p the full model's next-token softmax, q the subset's through the adapter and the
     frozen final norm + LM head. Only the adapter's weights change. Training windows are sampled from
@@ -276,10 +298,21 @@ def train_exit(target: HybridLM, layers, stream: np.ndarray, steps: int, *, held
 
     t0 = clock()
     # A constant lr and no clipping: the recipe the exit adapters were tuned with.
-    st = run_training(step_loss, opt, steps=steps, minutes=minutes, tokens_per_step=batch * seq, clip=None,
-                      on_step=on_step)
+    st = run_training(
+        step_loss, opt, steps=steps, minutes=minutes, tokens_per_step=batch * seq, clip=None, on_step=on_step
+    )
     kl_after, acc_after = evaluate()
-    report = dict(layers=layers, rank=rank, steps=st["step"], tokens=st["tokens"],
-                  seconds=clock() - t0, kl_before=kl_before, kl_after=kl_after,
-                  acceptance_before=acc_before, acceptance_after=acc_after, eval_windows=n_eval, seq=seq)
+    report = dict(
+        layers=layers,
+        rank=rank,
+        steps=st["step"],
+        tokens=st["tokens"],
+        seconds=clock() - t0,
+        kl_before=kl_before,
+        kl_after=kl_after,
+        acceptance_before=acc_before,
+        acceptance_after=acc_after,
+        eval_windows=n_eval,
+        seq=seq,
+    )
     return adapter.eval(), report

@@ -9,6 +9,7 @@ Each returns a `Generation` with the new tokens, the wall time and, where the pe
 per-step statistics (the steps list is empty: these loops do not expose their acceptance). All stop at
 `max_new_tokens` or at the model's EOS token, like `speclib.generate`. Greedy only.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -27,11 +28,17 @@ def _hf(lm, prompt_ids, max_new_tokens: int, **kw) -> Generation:
     ids = torch.tensor([list(prompt_ids)], device=lm.device)
     t0 = clock(lm.device)
     with torch.inference_mode():
-        out = lm.model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
-                                max_new_tokens=max_new_tokens, eos_token_id=lm.eos_token_id,
-                                pad_token_id=lm.eos_token_id, **kw)
+        out = lm.model.generate(
+            ids,
+            attention_mask=torch.ones_like(ids),
+            do_sample=False,
+            max_new_tokens=max_new_tokens,
+            eos_token_id=lm.eos_token_id,
+            pad_token_id=lm.eos_token_id,
+            **kw,
+        )
     seconds = clock(lm.device) - t0
-    return _generation(out[0, len(prompt_ids):].tolist(), seconds)
+    return _generation(out[0, len(prompt_ids) :].tolist(), seconds)
 
 
 def hf_generate(lm, prompt_ids, max_new_tokens: int) -> Generation:
@@ -50,15 +57,29 @@ class LlamaCpp:
     (it drafts up to k tokens after the last matching n-gram, n = max_ngram down to 1, and verifies them
     in one `eval`)."""
 
-    def __init__(self, gguf, threads: int | None = None, n_ctx: int = 4096, lookup: tuple[int, int] | None = None,
-                 eos_token_id: int | None = None):
+    def __init__(
+        self,
+        gguf,
+        threads: int | None = None,
+        n_ctx: int = 4096,
+        lookup: tuple[int, int] | None = None,
+        eos_token_id: int | None = None,
+    ):
         import llama_cpp
         from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
+
         draft = LlamaPromptLookupDecoding(max_ngram_size=lookup[0], num_pred_tokens=lookup[1]) if lookup else None
         n = threads or torch.get_num_threads()
         # with a drafter every position's logits are kept (llama-cpp-python sizes that buffer by logits_all)
-        self.llm = llama_cpp.Llama(str(gguf), n_ctx=n_ctx, n_threads=n, n_threads_batch=n, draft_model=draft,
-                                   logits_all=draft is not None, verbose=False)
+        self.llm = llama_cpp.Llama(
+            str(gguf),
+            n_ctx=n_ctx,
+            n_threads=n,
+            n_threads_batch=n,
+            draft_model=draft,
+            logits_all=draft is not None,
+            verbose=False,
+        )
         atexit.register(self.llm.close)
         self.eos = self.llm.token_eos() if eos_token_id is None else eos_token_id
         self.lookup = lookup

@@ -11,6 +11,7 @@ template; a second turn is asked after the model's own first answer, as Spec-Ben
 
 Every tuned setting is chosen on `pilot` and reported on `reported`: the two are disjoint.
 """
+
 from __future__ import annotations
 
 import json
@@ -39,8 +40,10 @@ def check_question(q: dict, where: str = "question") -> dict:
         raise ValueError(f"{where}: a question needs 'question_id', 'category' and 'turns', got {q!r:.120}")
     turns = q.get("turns")
     if not isinstance(turns, list) or not turns or not all(isinstance(t, str) and t.strip() for t in turns):
-        raise ValueError(f"{where} (question_id {q['question_id']}): 'turns' must be a non-empty list of "
-                         f"non-empty strings, got {turns!r:.120}; fix the question file or drop the question")
+        raise ValueError(
+            f"{where} (question_id {q['question_id']}): 'turns' must be a non-empty list of "
+            f"non-empty strings, got {turns!r:.120}; fix the question file or drop the question"
+        )
     task_of(q["category"])
     return q
 
@@ -79,10 +82,11 @@ def split(qs: list[dict], per_task: int | None, pilot_per_task: int, seed: int =
         order = list(range(len(mine)))
         random.Random(f"{seed}-{task}").shuffle(order)
         if pilot_per_task + (per_task or 1) > len(mine):
-            raise ValueError(f"task {task} has {len(mine)} questions: fewer than {pilot_per_task} pilot + "
-                             f"{per_task or 1} reported")
+            raise ValueError(
+                f"task {task} has {len(mine)} questions: fewer than {pilot_per_task} pilot + {per_task or 1} reported"
+            )
         p = set(order[:pilot_per_task])
-        r = set(order[pilot_per_task:] if per_task is None else order[pilot_per_task:pilot_per_task + per_task])
+        r = set(order[pilot_per_task:] if per_task is None else order[pilot_per_task : pilot_per_task + per_task])
         pilot += [q for i, q in enumerate(mine) if i in p]
         reported += [q for i, q in enumerate(mine) if i in r]
     return pilot, reported
@@ -103,11 +107,14 @@ def turn_ids(lm, q: dict, answers: list[str] = (), max_new_tokens: int = 0) -> l
     """Prompt ids of the next turn of `q` through `lm`'s chat template. A ValueError when the prompt
     plus `max_new_tokens` does not fit the model's context."""
     from speclib.lms.pretrained import chat_ids
+
     ids = chat_ids(lm, messages(q, list(answers)))
     limit = lm.max_length
     if len(ids) + max_new_tokens > limit:
-        raise ValueError(f"question {q['question_id']}: {len(ids)} prompt tokens + {max_new_tokens} new exceed "
-                         f"the model's context of {limit}; drop the question or lower max_new_tokens")
+        raise ValueError(
+            f"question {q['question_id']}: {len(ids)} prompt tokens + {max_new_tokens} new exceed "
+            f"the model's context of {limit}; drop the question or lower max_new_tokens"
+        )
     return ids
 
 
@@ -132,6 +139,7 @@ LEADERBOARD = {
 def leaderboard():
     """The leaderboard above as a DataFrame (one row per method)."""
     import pandas as pd
+
     return pd.DataFrame([dict(method=m, **dict(zip(LEADERBOARD_COLUMNS, v))) for m, v in LEADERBOARD.items()])
 
 
@@ -149,7 +157,9 @@ def task_table(runs, tasks: dict[int, str], reference: str = "AR", seed: int = 0
     report their steps) and how many outputs equal the reference's."""
     import numpy as np
     import pandas as pd
+
     from speclib.research import bench
+
     runs = runs.assign(task=runs.prompt.map(tasks))
     rows = []
     for task in [t for t in TASKS if t in set(runs.task)] + ["overall"]:
@@ -157,8 +167,15 @@ def task_table(runs, tasks: dict[int, str], reference: str = "AR", seed: int = 0
         for method in [m for m in sub.method.unique() if m != reference]:
             g = sub[sub.method == method]
             calls = g.target_calls.sum() + len(g)
-            rows.append(dict(task=task, method=method, **bench.speedup(sub, method, reference, seed),
-                             spec_bench_ratio=spec_bench_ratio(sub, method, reference),
-                             tokens_per_step=float(g.new_tokens.sum() / calls) if g.target_calls.notna().all() else np.nan,
-                             identical=int(g.same_as_reference.sum()), runs=len(g)))
+            rows.append(
+                dict(
+                    task=task,
+                    method=method,
+                    **bench.speedup(sub, method, reference, seed),
+                    spec_bench_ratio=spec_bench_ratio(sub, method, reference),
+                    tokens_per_step=float(g.new_tokens.sum() / calls) if g.target_calls.notna().all() else np.nan,
+                    identical=int(g.same_as_reference.sum()),
+                    runs=len(g),
+                )
+            )
     return pd.DataFrame(rows)

@@ -15,17 +15,27 @@ holds the tests that check it empirically and the helpers that put error bars on
 
 Floor 1: imports only numpy and scipy.
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 import numpy as np
 from scipy import stats as _sps
 
 __all__ = [
-    "Chi2Result", "IdentityResult", "pooled_table", "chi2_two_sample", "null_calibration",
-    "greedy_identity", "bootstrap_ci", "bootstrap_ratio_ci", "paired_difference_ci", "PermutationResult", "run_permutation_test",
+    "Chi2Result",
+    "IdentityResult",
+    "pooled_table",
+    "chi2_two_sample",
+    "null_calibration",
+    "greedy_identity",
+    "bootstrap_ci",
+    "bootstrap_ratio_ci",
+    "paired_difference_ci",
+    "PermutationResult",
+    "run_permutation_test",
 ]
 
 
@@ -33,6 +43,7 @@ __all__ = [
 class Chi2Result:
     """Outcome of `chi2_two_sample`: statistic, degrees of freedom (n_bins - 1), p-value, number of
     bins after pooling, and the two sample sizes."""
+
     chi2: float
     dof: int
     p: float
@@ -45,6 +56,7 @@ class Chi2Result:
 class IdentityResult:
     """Outcome of `greedy_identity`: `first_mismatch` lists (pair index, first differing position)
     for every pair that is not identical."""
+
     n: int
     n_identical: int
     all_identical: bool
@@ -88,15 +100,15 @@ def pooled_table(a: Sequence[int], b: Sequence[int], min_expected: float = 5.0) 
     values, inverse = np.unique(np.concatenate([a, b]), return_inverse=True)
     table = np.zeros((2, values.size), dtype=np.int64)
     np.add.at(table[0], inverse[: a.size], 1)
-    np.add.at(table[1], inverse[a.size:], 1)
+    np.add.at(table[1], inverse[a.size :], 1)
 
     col = table.sum(axis=0)
-    order = np.lexsort((values, -col))           # pooled count descending, then value ascending
+    order = np.lexsort((values, -col))  # pooled count descending, then value ascending
     table = table[:, order]
     rows = np.array([a.size, b.size], dtype=float)
     expected = np.outer(rows, table.sum(axis=0)) / table.sum()
     ok = (expected >= min_expected).all(axis=0)
-    n_keep = int(np.argmin(ok)) if not ok.all() else ok.size   # length of the passing prefix
+    n_keep = int(np.argmin(ok)) if not ok.all() else ok.size  # length of the passing prefix
 
     kept = table[:, :n_keep]
     rest = table[:, n_keep:].sum(axis=1, keepdims=True)
@@ -107,7 +119,7 @@ def pooled_table(a: Sequence[int], b: Sequence[int], min_expected: float = 5.0) 
     if (rows * rest.sum() / table.sum() >= min_expected).all():
         return np.concatenate([kept, rest], axis=1)
     kept = kept.copy()
-    kept[:, -1:] += rest                          # the last kept bin is the smallest one
+    kept[:, -1:] += rest  # the last kept bin is the smallest one
     return kept
 
 
@@ -126,28 +138,40 @@ def chi2_two_sample(a: Sequence[int], b: Sequence[int], min_expected: float = 5.
     if n_bins < 2:
         raise ValueError(
             f"a, b: only {n_bins} bin(s) left after pooling with min_expected={min_expected}; "
-            "need at least 2 (use larger samples or a smaller min_expected)")
+            "need at least 2 (use larger samples or a smaller min_expected)"
+        )
     expected = _expected(table)
     chi2 = float(((table - expected) ** 2 / expected).sum())
     dof = n_bins - 1
-    return Chi2Result(chi2=chi2, dof=dof, p=float(_sps.chi2.sf(chi2, dof)), n_bins=n_bins,
-                      n_a=int(table[0].sum()), n_b=int(table[1].sum()))
+    return Chi2Result(
+        chi2=chi2,
+        dof=dof,
+        p=float(_sps.chi2.sf(chi2, dof)),
+        n_bins=n_bins,
+        n_a=int(table[0].sum()),
+        n_b=int(table[1].sum()),
+    )
 
 
 @dataclass(frozen=True)
 class PermutationResult:
     chi2: float
     dof: int
-    p_asymptotic: float     # chi-square survival function: assumes independent tokens
-    p_permutation: float    # exact under exchangeable runs, whatever the dependence inside a run
+    p_asymptotic: float  # chi-square survival function: assumes independent tokens
+    p_permutation: float  # exact under exchangeable runs, whatever the dependence inside a run
     n_perm: int
     n_a: int
     n_b: int
 
 
-def run_permutation_test(runs_a: Sequence[Sequence[int]], runs_b: Sequence[Sequence[int]],
-                         n_perm: int = 1000, paired: bool = True, seed: int = 0,
-                         min_expected: float = 5.0) -> PermutationResult:
+def run_permutation_test(
+    runs_a: Sequence[Sequence[int]],
+    runs_b: Sequence[Sequence[int]],
+    n_perm: int = 1000,
+    paired: bool = True,
+    seed: int = 0,
+    min_expected: float = 5.0,
+) -> PermutationResult:
     """Chi-square statistic over the tokens of whole runs, with a permutation p-value.
 
     Tokens inside one generated run are dependent, so the chi-square distribution of the pooled
@@ -182,14 +206,24 @@ def run_permutation_test(runs_a: Sequence[Sequence[int]], runs_b: Sequence[Seque
         else:
             perm = rng.permutation(labels)
         hits += stat(perm) >= observed.chi2
-    return PermutationResult(chi2=observed.chi2, dof=observed.dof, p_asymptotic=observed.p,
-                             p_permutation=(1 + hits) / (1 + n_perm), n_perm=n_perm,
-                             n_a=observed.n_a, n_b=observed.n_b)
+    return PermutationResult(
+        chi2=observed.chi2,
+        dof=observed.dof,
+        p_asymptotic=observed.p,
+        p_permutation=(1 + hits) / (1 + n_perm),
+        n_perm=n_perm,
+        n_a=observed.n_a,
+        n_b=observed.n_b,
+    )
 
 
-def null_calibration(sampler: Callable[[np.random.Generator], tuple[Sequence[int], Sequence[int]]],
-                     n_trials: int, alpha: float = 0.05, seed: int = 0,
-                     **kw) -> tuple[np.ndarray, float]:
+def null_calibration(
+    sampler: Callable[[np.random.Generator], tuple[Sequence[int], Sequence[int]]],
+    n_trials: int,
+    alpha: float = 0.05,
+    seed: int = 0,
+    **kw,
+) -> tuple[np.ndarray, float]:
     """Measure the false-positive rate of `chi2_two_sample` under the null hypothesis.
 
     `sampler(rng)` must return two samples (a, b) drawn from the SAME distribution. Each of
@@ -213,16 +247,14 @@ def null_calibration(sampler: Callable[[np.random.Generator], tuple[Sequence[int
     return p_values, float(np.mean(p_values < alpha))
 
 
-def greedy_identity(seqs_a: Sequence[Sequence[int]],
-                    seqs_b: Sequence[Sequence[int]]) -> IdentityResult:
+def greedy_identity(seqs_a: Sequence[Sequence[int]], seqs_b: Sequence[Sequence[int]]) -> IdentityResult:
     """Compare two lists of token-id sequences pair by pair (e.g. greedy SD vs greedy AR outputs).
 
     For each differing pair, `first_mismatch` records (index, position): the first position where
     the tokens differ, or the shorter length when one sequence is a prefix of the other.
     """
     if len(seqs_a) != len(seqs_b):
-        raise ValueError(f"seqs_a and seqs_b must have the same length, "
-                         f"got {len(seqs_a)} and {len(seqs_b)}")
+        raise ValueError(f"seqs_a and seqs_b must have the same length, got {len(seqs_a)} and {len(seqs_b)}")
     mismatches: list[tuple[int, int]] = []
     for i, (sa, sb) in enumerate(zip(seqs_a, seqs_b)):
         x = np.asarray(sa).reshape(-1)
@@ -234,8 +266,7 @@ def greedy_identity(seqs_a: Sequence[Sequence[int]],
         elif x.size != y.size:
             mismatches.append((i, m))
     n = len(seqs_a)
-    return IdentityResult(n=n, n_identical=n - len(mismatches), all_identical=not mismatches,
-                          first_mismatch=mismatches)
+    return IdentityResult(n=n, n_identical=n - len(mismatches), all_identical=not mismatches, first_mismatch=mismatches)
 
 
 def _sample(values, name: str) -> np.ndarray:
@@ -259,9 +290,13 @@ def _interval(boot: np.ndarray, level: float) -> tuple[float, float]:
     return float(lo), float(hi)
 
 
-def bootstrap_ci(values: Sequence[float], stat: Callable[[np.ndarray], float] = np.median,
-                 n_boot: int = 2000, level: float = 0.95,
-                 seed: int = 0) -> tuple[float, float, float]:
+def bootstrap_ci(
+    values: Sequence[float],
+    stat: Callable[[np.ndarray], float] = np.median,
+    n_boot: int = 2000,
+    level: float = 0.95,
+    seed: int = 0,
+) -> tuple[float, float, float]:
     """Percentile bootstrap: (stat(values), lo, hi) with a `level` two-sided interval from
     `n_boot` resamples with replacement. Deterministic for a given `seed`."""
     x = _sample(values, "values")
@@ -271,10 +306,15 @@ def bootstrap_ci(values: Sequence[float], stat: Callable[[np.ndarray], float] = 
     return (float(stat(x)), *_interval(boot, level))
 
 
-def bootstrap_ratio_ci(num: Sequence[float], den: Sequence[float],
-                       stat: Callable[[np.ndarray], float] = np.median, n_boot: int = 2000,
-                       level: float = 0.95, seed: int = 0,
-                       paired: bool | None = None) -> tuple[float, float, float]:
+def bootstrap_ratio_ci(
+    num: Sequence[float],
+    den: Sequence[float],
+    stat: Callable[[np.ndarray], float] = np.median,
+    n_boot: int = 2000,
+    level: float = 0.95,
+    seed: int = 0,
+    paired: bool | None = None,
+) -> tuple[float, float, float]:
     """Percentile bootstrap of the ratio stat(num) / stat(den) of two samples' statistics, e.g. the
     total-time ratio total AR time / total SD time (stat=np.sum). Returns (estimate, lo, hi). The
     workbook's speedup is not this ratio but the median of per-prompt ratios (`speclib.research.bench.speedup`).
@@ -302,15 +342,17 @@ def bootstrap_ratio_ci(num: Sequence[float], den: Sequence[float],
     return (float(stat(x) / d), *_interval(boot, level))
 
 
-def paired_difference_ci(a, b, n_boot: int = 2000, level: float = 0.95,
-                         seed: int = 0) -> tuple[float, float, float]:
+def paired_difference_ci(a, b, n_boot: int = 2000, level: float = 0.95, seed: int = 0) -> tuple[float, float, float]:
     """Percentile bootstrap of rate(a) - rate(b) for two methods measured on the same units (prompts,
     windows), resampling units, the same indices on both sides. Each side holds per-unit columns
     `num` and `den` (for a pooled rate sum(num) / sum(den), e.g. accepted / drafted per prompt; use
     den = 1 for a plain mean). Returns (estimate, lo, hi); an interval that holds 0 means the data
     cannot order the two."""
-    an, ad, bn, bd = (_sample(np.asarray(x[c], dtype=float), f"{name}[{c!r}]")
-                      for x, name in ((a, "a"), (b, "b")) for c in ("num", "den"))
+    an, ad, bn, bd = (
+        _sample(np.asarray(x[c], dtype=float), f"{name}[{c!r}]")
+        for x, name in ((a, "a"), (b, "b"))
+        for c in ("num", "den")
+    )
     if not (an.size == ad.size == bn.size == bd.size):
         raise ValueError(f"a and b must hold the same units, got {an.size} and {bn.size}")
     _check_boot(n_boot, level)

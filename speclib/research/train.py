@@ -9,6 +9,7 @@ Training is resumable: state (weights, optimizer, step, RNG) lives in build/trai
 each invocation continues where the last stopped, for at most --minutes. Every invocation exports the
 current weights in HF format to data/checkpoints/<name>/ with a MODEL_CARD.md.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -40,15 +41,18 @@ CHECKPOINTS = REPO / "data" / "checkpoints"
 TOKENIZER_DIR = CHECKPOINTS / "tokenizer"
 EOS = "<|endoftext|>"
 
+
 def train_tokenizer(out: Path = TOKENIZER_DIR) -> Path:
     """Byte-level BPE (VOCAB tokens) on the training split only; shared by every shipped model."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
+
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=VOCAB, special_tokens=[EOS],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=VOCAB, special_tokens=[EOS], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
     tok.train_from_iterator((data.read_text(p) for p in data.stdlib_split("train")), trainer)
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=EOS, bos_token=EOS, pad_token=EOS)
     out.mkdir(parents=True, exist_ok=True)
@@ -58,20 +62,30 @@ def train_tokenizer(out: Path = TOKENIZER_DIR) -> Path:
 
 def load_tokenizer(path: Path = TOKENIZER_DIR):
     from transformers import PreTrainedTokenizerFast
+
     return PreTrainedTokenizerFast.from_pretrained(path)
 
 
 def make_model(name: str, tokenizer):
     import transformers
-    if "init" in PRESETS[name]:          # fine-tuning: start from a shipped checkpoint's weights
-        return transformers.AutoModelForCausalLM.from_pretrained(CHECKPOINTS / PRESETS[name]["init"],
-                                                                 dtype=torch.float32)
+
+    if "init" in PRESETS[name]:  # fine-tuning: start from a shipped checkpoint's weights
+        return transformers.AutoModelForCausalLM.from_pretrained(
+            CHECKPOINTS / PRESETS[name]["init"], dtype=torch.float32
+        )
     p = {k: v for k, v in PRESETS[name].items() if k not in ("lr", "arch", "data")}
     eos = tokenizer.eos_token_id
-    common = dict(vocab_size=len(tokenizer), max_position_embeddings=1024, tie_word_embeddings=True,
-                  bos_token_id=eos, eos_token_id=eos, pad_token_id=eos, **p)
+    common = dict(
+        vocab_size=len(tokenizer),
+        max_position_embeddings=1024,
+        tie_word_embeddings=True,
+        bos_token_id=eos,
+        eos_token_id=eos,
+        pad_token_id=eos,
+        **p,
+    )
     if PRESETS[name].get("arch") == "qwen3_5":
-        cfg = transformers.Qwen3_5TextConfig(**common)   # derives layer_types 3:1, rope from defaults
+        cfg = transformers.Qwen3_5TextConfig(**common)  # derives layer_types 3:1, rope from defaults
         return transformers.Qwen3_5ForCausalLM(cfg)
     if PRESETS[name].get("arch") == "falcon_h1":
         cfg = transformers.FalconH1Config(**common)
@@ -85,7 +99,7 @@ def heldout_loss(model, stream: np.ndarray, seq: int = 256, n: int = 64, autocas
     """Mean next-token loss over n fixed, evenly spaced held-out windows."""
     model.eval()
     starts = np.linspace(0, len(stream) - seq - 2, n).astype(int)
-    x = torch.stack([torch.from_numpy(stream[s:s + seq + 1].astype(np.int64)) for s in starts])
+    x = torch.stack([torch.from_numpy(stream[s : s + seq + 1].astype(np.int64)) for s in starts])
     losses = []
     for chunk in x.split(16):
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
@@ -100,9 +114,17 @@ def bf16_native() -> bool:
     return torch.cuda.is_available() or torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
 
 
-def train_model(name: str, steps: int, minutes: float, bsz: int = 8, seq: int = 256,
-                distill_from: str | None = None, distill_weight: float = 0.9, seed: int = 0,
-                eval_every: int = 200) -> Path:
+def train_model(
+    name: str,
+    steps: int,
+    minutes: float,
+    bsz: int = 8,
+    seq: int = 256,
+    distill_from: str | None = None,
+    distill_weight: float = 0.9,
+    seed: int = 0,
+    eval_every: int = 200,
+) -> Path:
     torch.manual_seed(seed)
     tok = load_tokenizer()
     train, held = streams(name, tok)
@@ -122,6 +144,7 @@ def train_model(name: str, steps: int, minutes: float, bsz: int = 8, seq: int = 
     teacher = None
     if distill_from:
         from transformers import AutoModelForCausalLM
+
         teacher = AutoModelForCausalLM.from_pretrained(CHECKPOINTS / distill_from, dtype=torch.bfloat16).eval()
     model.train()
 
@@ -141,8 +164,12 @@ def train_model(name: str, steps: int, minutes: float, bsz: int = 8, seq: int = 
         return loss, ce
 
     def on_step(st, loss, ce):
-        rec = {"step": st["step"], "tokens": st["tokens"], "seconds": round(st["seconds"], 1),
-               "train_loss": round(ce.item(), 4)}
+        rec = {
+            "step": st["step"],
+            "tokens": st["tokens"],
+            "seconds": round(st["seconds"], 1),
+            "train_loss": round(ce.item(), 4),
+        }
         if st["step"] % eval_every == 0 or st["step"] == steps:
             rec["heldout_loss"] = round(heldout_loss(model, held, seq), 4)
         if st["step"] % 20 == 0 or "heldout_loss" in rec:
@@ -150,13 +177,25 @@ def train_model(name: str, steps: int, minutes: float, bsz: int = 8, seq: int = 
                 f.write(json.dumps(rec) + "\n")
             print(rec, flush=True)
 
-    run_training(step_loss, opt, st, steps=steps, minutes=minutes, tokens_per_step=bsz * seq, lr=peak,
-                 on_step=on_step, checkpoint=checkpoint)
+    run_training(
+        step_loss,
+        opt,
+        st,
+        steps=steps,
+        minutes=minutes,
+        tokens_per_step=bsz * seq,
+        lr=peak,
+        on_step=on_step,
+        checkpoint=checkpoint,
+    )
     return export(name, model, tok, held, distill_from)
 
 
-ARCH_NAMES = {"llama": "Llama", "qwen3_5_text": "Qwen3.5 text (Gated DeltaNet : gated attention = 3 : 1)",
-              "falcon_h1": "Falcon-H1 (a Mamba2 mixer beside attention in every layer)"}
+ARCH_NAMES = {
+    "llama": "Llama",
+    "qwen3_5_text": "Qwen3.5 text (Gated DeltaNet : gated attention = 3 : 1)",
+    "falcon_h1": "Falcon-H1 (a Mamba2 mixer beside attention in every layer)",
+}
 
 
 def export(name: str, model, tok, held: np.ndarray, distill_from: str | None) -> Path:
@@ -171,7 +210,9 @@ def export(name: str, model, tok, held: np.ndarray, distill_from: str | None) ->
     model.float()
     log = [json.loads(l) for l in (STATE / name / "log.jsonl").read_text().splitlines()]
     evals = [r for r in log if "heldout_loss" in r]
-    curve = ", ".join(f"{r['tokens'] / 1e6:.2f}M tok: {r['heldout_loss']:.3f}" for r in evals[:: max(1, len(evals) // 8)])
+    curve = ", ".join(
+        f"{r['tokens'] / 1e6:.2f}M tok: {r['heldout_loss']:.3f}" for r in evals[:: max(1, len(evals) // 8)]
+    )
     samples, is_math = [], PRESETS.get(name, {}).get("data") == "math"
     prompts = ["def fibonacci(n):\n", "import os\n\n\ndef list_files(path):\n"]
     if is_math:
@@ -185,25 +226,31 @@ def export(name: str, model, tok, held: np.ndarray, distill_from: str | None) ->
     last = log[-1]
     init_note = ""
     if mixed:
-        init_note = (f"\n- Fine-tuned from `{PRESETS[name]['init']}`: {PRESETS[name]['mix']:.0%} of each batch from the "
-                     f"train-split examples of `speclib.research.workloads` (agentic edit, JSON tool calls, plans, structured "
-                     f"rewriting), the rest plain stdlib source. Tokens below count the fine-tuning only.")
-    data_line = (f"the Python {sys.version.split()[0]} standard library's non-test source, split by file (every\n"
-                 f"  {data.HELDOUT_EVERY}th file held out)")
+        init_note = (
+            f"\n- Fine-tuned from `{PRESETS[name]['init']}`: {PRESETS[name]['mix']:.0%} of each batch from the "
+            f"train-split examples of `speclib.research.workloads` (agentic edit, JSON tool calls, plans, structured "
+            f"rewriting), the rest plain stdlib source. Tokens below count the fine-tuning only."
+        )
+    data_line = (
+        f"the Python {sys.version.split()[0]} standard library's non-test source, split by file (every\n"
+        f"  {data.HELDOUT_EVERY}th file held out)"
+    )
     if is_math:
         acc = math_accuracy(model, tok, data.math_problems("validation", 200))
-        data_line = (f"{MATH_TRAIN_PROBLEMS} generated arithmetic problems with worked solutions "
-                     f"(`speclib.research.data.math_problems('train', ...)`, levels {data.MATH_LEVELS}); held-out loss on the "
-                     f"validation split. Greedy final-answer accuracy on 200 validation problems: **{acc:.1%}**")
+        data_line = (
+            f"{MATH_TRAIN_PROBLEMS} generated arithmetic problems with worked solutions "
+            f"(`speclib.research.data.math_problems('train', ...)`, levels {data.MATH_LEVELS}); held-out loss on the "
+            f"validation split. Greedy final-answer accuracy on 200 validation problems: **{acc:.1%}**"
+        )
     card = f"""# {name}
 
 {ARCH_NAMES.get(model.config.model_type, model.config.model_type)} architecture, {n_params / 1e6:.2f}M parameters (tied embeddings), {model.config.num_hidden_layers} layers,
 hidden {model.config.hidden_size}, vocabulary {model.config.vocab_size} (the shared byte-level BPE in `data/checkpoints/tokenizer`).
 Weights stored in bf16.
 
-- Command: `python -m speclib train {' '.join(sys.argv[1:]) or 'model ' + name}` (resumable; preset `{name}` in `speclib/research/training.py`).
-- Data: {data_line}; {'distilled from `' + distill_from + '` (KL to its softmax, mixed with next-token loss)' if distill_from else 'next-token loss'}.{init_note}
-- Tokens seen: {last['tokens'] / 1e6:.2f}M in {last['step']} steps; training wall time {last['seconds'] / 60:.1f} min on 2 CPU cores (bf16 autocast).
+- Command: `python -m speclib train {" ".join(sys.argv[1:]) or "model " + name}` (resumable; preset `{name}` in `speclib/research/training.py`).
+- Data: {data_line}; {"distilled from `" + distill_from + "` (KL to its softmax, mixed with next-token loss)" if distill_from else "next-token loss"}.{init_note}
+- Tokens seen: {last["tokens"] / 1e6:.2f}M in {last["step"]} steps; training wall time {last["seconds"] / 60:.1f} min on 2 CPU cores (bf16 autocast).
 - Held-out loss (fp32, 64 windows of 256 tokens): **{final:.3f}** nats/token{f"; on the held-out workload examples of notebook 02: **{final_w:.3f}**" if mixed else ""}.
 - Held-out loss curve: {curve}.
 
@@ -211,11 +258,24 @@ Weights stored in bf16.
 
 """ + "\n".join(f"```python\n{s}\n```\n" for s in samples)
     (out / "MODEL_CARD.md").write_text(card)
-    (out / "training.json").write_text(json.dumps({
-        "name": name, "parameters": n_params, "heldout_loss": round(final, 4), "tokens_seen": last["tokens"],
-        "heldout_loss_workloads": round(final_w, 4) if mixed else None, "init_from": PRESETS[name].get("init"),
-        "steps": last["step"], "train_minutes": round(last["seconds"] / 60, 1), "distilled_from": distill_from,
-        "python": sys.version.split()[0], **({"validation_accuracy": round(acc, 4)} if is_math else {})}, indent=1))
+    (out / "training.json").write_text(
+        json.dumps(
+            {
+                "name": name,
+                "parameters": n_params,
+                "heldout_loss": round(final, 4),
+                "tokens_seen": last["tokens"],
+                "heldout_loss_workloads": round(final_w, 4) if mixed else None,
+                "init_from": PRESETS[name].get("init"),
+                "steps": last["step"],
+                "train_minutes": round(last["seconds"] / 60, 1),
+                "distilled_from": distill_from,
+                "python": sys.version.split()[0],
+                **({"validation_accuracy": round(acc, 4)} if is_math else {}),
+            },
+            indent=1,
+        )
+    )
     print(f"exported {name}: held-out loss {final:.3f}", flush=True)
     return out
 
@@ -226,18 +286,19 @@ def math_accuracy(model, tok, problems: list[dict], max_new_tokens: int = 96) ->
     model.eval()
     tok.padding_side, right = "left", 0
     for i in range(0, len(problems), 50):
-        chunk = problems[i:i + 50]
+        chunk = problems[i : i + 50]
         enc = tok([p["question"] for p in chunk], return_tensors="pt", padding=True)
         out = model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=tok.eos_token_id)
-        texts = tok.batch_decode(out[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+        texts = tok.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
         right += sum(data.math_answer(t) == p["answer"] for t, p in zip(texts, chunk))
     tok.padding_side = "right"
     return right / len(problems)
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m speclib train", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m speclib train", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     sub = ap.add_subparsers(dest="cmd", required=True)
     sub.add_parser("tokenizer")
     m = sub.add_parser("model")
@@ -257,12 +318,20 @@ def main(argv=None):
     h.add_argument("--seq", type=int, default=256)
     h.add_argument("--unroll", type=int, default=3, help="draft steps unrolled in training")
     h.add_argument("--lr", type=float, default=1e-3)
-    h.add_argument("--autocast", action=argparse.BooleanOptionalAction, default=None,
-                   help="bf16 autocast for the target's pass and the head (default: where the CPU has bf16 units, "
-                        "AVX512-BF16 or AMX; without them bf16 matmuls run about 5x slower than fp32)")
-    h.add_argument("--vocab", type=int, default=None,
-                   help="train over the N most frequent tokens of the training data only (FR-Spec's drafting "
-                        "vocabulary): the output layer's share of training shrinks by V / N")
+    h.add_argument(
+        "--autocast",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="bf16 autocast for the target's pass and the head (default: where the CPU has bf16 units, "
+        "AVX512-BF16 or AMX; without them bf16 matmuls run about 5x slower than fp32)",
+    )
+    h.add_argument(
+        "--vocab",
+        type=int,
+        default=None,
+        help="train over the N most frequent tokens of the training data only (FR-Spec's drafting "
+        "vocabulary): the output layer's share of training shrinks by V / N",
+    )
     h.add_argument("--threads", type=int, default=0)
     a = ap.parse_args(argv)
     if a.cmd == "tokenizer":
@@ -270,13 +339,24 @@ def main(argv=None):
     elif a.cmd == "head":
         if a.threads:
             torch.set_num_threads(a.threads)
-        print(train_head(a.name, a.out, a.minutes, a.steps, a.batch, a.seq, a.unroll, a.lr,
-                         autocast=bf16_native() if a.autocast is None else a.autocast, vocab=a.vocab))
+        print(
+            train_head(
+                a.name,
+                a.out,
+                a.minutes,
+                a.steps,
+                a.batch,
+                a.seq,
+                a.unroll,
+                a.lr,
+                autocast=bf16_native() if a.autocast is None else a.autocast,
+                vocab=a.vocab,
+            )
+        )
     else:
         if a.threads:
             torch.set_num_threads(a.threads)
-        train_model(a.name, a.steps, a.minutes, a.batch, distill_from=a.distill_from,
-                    distill_weight=a.distill_weight)
+        train_model(a.name, a.steps, a.minutes, a.batch, distill_from=a.distill_from, distill_weight=a.distill_weight)
 
 
 if __name__ == "__main__":

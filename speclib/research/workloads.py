@@ -13,6 +13,7 @@ TRAIN split's files; the held-out files' examples are frozen to data/workloads/ 
 
 The split is stdlib's split by file (speclib.research.data.stdlib_split), so no held-out file was seen in training.
 """
+
 from __future__ import annotations
 
 import ast
@@ -25,7 +26,7 @@ from speclib.research import data
 
 WORKLOADS = ("agentic_edit", "agentic_tools", "agentic_plan", "structured")
 END = "\n### End\n"
-MAX_CHARS = 2400        # prompt + reference; about 800 tokens, inside the shipped models' 1024 context
+MAX_CHARS = 2400  # prompt + reference; about 800 tokens, inside the shipped models' 1024 context
 
 
 def _functions(path: Path) -> list[dict]:
@@ -44,7 +45,7 @@ def _functions(path: Path) -> list[dict]:
 
 def _rel(path: Path) -> str:
     parts = path.parts
-    return "/".join(parts[parts.index("lib") + 2:]) if "lib" in parts else path.name
+    return "/".join(parts[parts.index("lib") + 2 :]) if "lib" in parts else path.name
 
 
 def agentic_edit(path: Path, rng: random.Random) -> dict | None:
@@ -52,17 +53,19 @@ def agentic_edit(path: Path, rng: random.Random) -> dict | None:
     fns = [f for f in _functions(path) if 8 <= f["end"] - f["line"] + 1 <= 30]
     rng.shuffle(fns)
     for f in fns:
-        body = "\n".join(lines[f["line"] - 1: f["end"]])
+        body = "\n".join(lines[f["line"] - 1 : f["end"]])
         names = [a for a in f["args"] if a not in ("self", "cls") and len(a) > 1]
         names = [n for n in names if len(re.findall(rf"\b{re.escape(n)}\b", body)) >= 2]
         if not names:
             continue
         old = rng.choice(names)
         new = rng.choice(["value", "item", "arg", "obj", "data", "node", "entry"]) + f"_{rng.randrange(10)}"
-        prompt = (f"### Task\nRename the parameter `{old}` of `{f['name']}` to `{new}` and return the whole "
-                  f"patched function.\n### Tool call\n" +
-                  json.dumps({"tool": "read_file", "args": {"path": _rel(path), "start": f["line"], "end": f["end"]}}) +
-                  f"\n### Tool output\n{body}\n### Answer\n")
+        prompt = (
+            f"### Task\nRename the parameter `{old}` of `{f['name']}` to `{new}` and return the whole "
+            f"patched function.\n### Tool call\n"
+            + json.dumps({"tool": "read_file", "args": {"path": _rel(path), "start": f["line"], "end": f["end"]}})
+            + f"\n### Tool output\n{body}\n### Answer\n"
+        )
         return dict(prompt=prompt, reference=re.sub(rf"\b{re.escape(old)}\b", new, body) + END)
     return None
 
@@ -72,7 +75,7 @@ def _listing(path: Path, rng: random.Random, n: int = 12) -> list[dict] | None:
     if len(fns) < 4:
         return None
     start = rng.randrange(0, max(1, len(fns) - n))
-    return [dict(name=f["name"], line=f["line"], args=f["args"]) for f in fns[start:start + n]]
+    return [dict(name=f["name"], line=f["line"], args=f["args"]) for f in fns[start : start + n]]
 
 
 def agentic_tools(path: Path, rng: random.Random) -> dict | None:
@@ -83,12 +86,18 @@ def agentic_tools(path: Path, rng: random.Random) -> dict | None:
     chosen = [f for f in listing if len([a for a in f["args"] if a != "self"]) >= k]
     if not chosen:
         return None
-    prompt = (f"### Task\nCall `describe` on every function below that takes at least {k} argument(s) besides "
-              f"self, one JSON call per line, quoting its name, line and arguments.\n### Tool call\n" +
-              json.dumps({"tool": "list_functions", "args": {"path": _rel(path)}}) +
-              "\n### Tool output\n" + "\n".join(json.dumps(f) for f in listing) + "\n### Answer\n")
-    calls = [json.dumps({"tool": "describe", "args": {"name": f["name"], "line": f["line"], "args": f["args"]}})
-             for f in chosen]
+    prompt = (
+        f"### Task\nCall `describe` on every function below that takes at least {k} argument(s) besides "
+        f"self, one JSON call per line, quoting its name, line and arguments.\n### Tool call\n"
+        + json.dumps({"tool": "list_functions", "args": {"path": _rel(path)}})
+        + "\n### Tool output\n"
+        + "\n".join(json.dumps(f) for f in listing)
+        + "\n### Answer\n"
+    )
+    calls = [
+        json.dumps({"tool": "describe", "args": {"name": f["name"], "line": f["line"], "args": f["args"]}})
+        for f in chosen
+    ]
     return dict(prompt=prompt, reference="\n".join(calls) + END)
 
 
@@ -101,8 +110,11 @@ def agentic_plan(path: Path, rng: random.Random) -> dict | None:
 
     def plan(n_done):
         return "\n".join(f"{i + 1}. [{'x' if i < n_done else ' '}] {s}" for i, s in enumerate(steps))
-    prompt = (f"### Task\nAudit {_rel(path)}. Keep the plan up to date.\n### Plan\n{plan(done - 1)}\n"
-              f"### Tool output\nstep {done} finished: `{listing[done - 1]['name']}` looks fine.\n### Updated plan\n")
+
+    prompt = (
+        f"### Task\nAudit {_rel(path)}. Keep the plan up to date.\n### Plan\n{plan(done - 1)}\n"
+        f"### Tool output\nstep {done} finished: `{listing[done - 1]['name']}` looks fine.\n### Updated plan\n"
+    )
     return dict(prompt=prompt, reference=plan(done) + END)
 
 
@@ -111,8 +123,11 @@ def structured(path: Path, rng: random.Random) -> dict | None:
     if listing is None:
         return None
     fmt = rng.choice(["csv", "yaml"])
-    prompt = (f"### Task\nRewrite these records as {fmt.upper()} with fields name, line, n_args.\n### Records\n" +
-              json.dumps(listing, indent=1) + "\n### Answer\n")
+    prompt = (
+        f"### Task\nRewrite these records as {fmt.upper()} with fields name, line, n_args.\n### Records\n"
+        + json.dumps(listing, indent=1)
+        + "\n### Answer\n"
+    )
     if fmt == "csv":
         out = "name,line,n_args\n" + "\n".join(f"{f['name']},{f['line']},{len(f['args'])}" for f in listing)
     else:
@@ -120,8 +135,12 @@ def structured(path: Path, rng: random.Random) -> dict | None:
     return dict(prompt=prompt, reference=out + END)
 
 
-MAKERS = {"agentic_edit": agentic_edit, "agentic_tools": agentic_tools, "agentic_plan": agentic_plan,
-          "structured": structured}
+MAKERS = {
+    "agentic_edit": agentic_edit,
+    "agentic_tools": agentic_tools,
+    "agentic_plan": agentic_plan,
+    "structured": structured,
+}
 
 
 def examples(workload: str, split: str, n: int | None = None, seed: int = 0) -> list[dict]:
@@ -149,7 +168,6 @@ def build(n_heldout: int = 40) -> dict[str, Path]:
         paths[w] = data.WORKLOADS / f"{w}.jsonl"
         paths[w].write_text("".join(json.dumps(r) + "\n" for r in rows))
     return paths
-
 
 
 def main(argv=None) -> None:

@@ -10,6 +10,7 @@ Sphinx with MyST-NB then renders `book/index.md`, the maths pages of `docs/` and
 notebooks (nothing is executed again) into `build/book/html/`, with MathJax served from the book
 itself: `build/book/html/index.html` opens from any static file server with no network.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,10 +36,11 @@ def execute(out: Path = OUT, names: list[Path] | None = None, parameters: dict |
     """Run each notebook with `parameters` (default: results mode "auto") into `out/executed/`, its
     results and figures under `out/out/`. Returns the seconds each took."""
     from speclib.workbook.notebooks import run
+
     parameters = {"RESULTS": "auto", **(parameters or {})}
     seconds = {}
     previous = os.environ.get("SPECLIB_OUT")
-    os.environ["SPECLIB_OUT"] = str(out / "out")            # the kernels inherit it
+    os.environ["SPECLIB_OUT"] = str(out / "out")  # the kernels inherit it
     try:
         for nb in names or notebooks():
             t0 = time.perf_counter()
@@ -57,6 +59,7 @@ def build(out: Path = OUT, executed: Path | None = None) -> Path:
     """Stage book/, docs/ and the executed notebooks (default `out/executed/`) in `out/src/` and
     render them to `out/html/`. Returns the path of the index page."""
     from sphinx.cmd.build import build_main
+
     executed = Path(executed or out / "executed")
     found = sorted(executed.glob("[0-9][0-9]_*.ipynb"))
     if not found:
@@ -76,8 +79,9 @@ def build(out: Path = OUT, executed: Path | None = None) -> Path:
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m speclib book", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m speclib book", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--no-execute", action="store_true", help="build from the notebooks executed last time")
     ap.add_argument("--out", type=Path, default=OUT)
     a = ap.parse_args(argv)
@@ -85,8 +89,10 @@ def main(argv=None):
     if not a.no_execute:
         execute(a.out)
     index = build(a.out)
-    print(f"book built in {time.perf_counter() - t0:.0f} s: {index} (serve it with "
-          f"`python -m http.server -d {index.parent}` and open http://localhost:8000)")
+    print(
+        f"book built in {time.perf_counter() - t0:.0f} s: {index} (serve it with "
+        f"`python -m http.server -d {index.parent}` and open http://localhost:8000)"
+    )
 
 
 if __name__ == "__main__":

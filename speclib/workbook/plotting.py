@@ -10,6 +10,7 @@ backend in notebooks, Agg on its own when there is no display), and the default 
 `root()`, is read when `savefig` is called: `$SPECLIB_OUT/figures` when SPECLIB_OUT is set (smoke
 runs, tests), else `figures/`; tests pass `root=` to write elsewhere.
 """
+
 from __future__ import annotations
 
 import os
@@ -20,7 +21,7 @@ import seaborn as sns
 
 from speclib.core.device import REPO
 
-DPI = 150                   # PNG resolution: sharp in print and on high-density screens
+DPI = 150  # PNG resolution: sharp in print and on high-density screens
 _NAME = re.compile(r"[A-Za-z0-9_\-]+")
 _METADATA = {
     "png": {"Software": None},
@@ -45,8 +46,7 @@ def _dir(given: str | Path | None) -> Path:
 def style() -> None:
     """Set the workbook's one style: seaborn whitegrid, notebook context, colorblind palette,
     120 dpi on screen."""
-    sns.set_theme(style="whitegrid", context="notebook", palette="colorblind",
-                  rc={"figure.dpi": 120})
+    sns.set_theme(style="whitegrid", context="notebook", palette="colorblind", rc={"figure.dpi": 120})
 
 
 def savefig(fig, name: str, root: str | Path | None = None) -> list[Path]:
@@ -55,8 +55,10 @@ def savefig(fig, name: str, root: str | Path | None = None) -> list[Path]:
     and reproducible metadata. `name` is a bare file name such as "01_baseline_speed": letters,
     digits, '_' and '-', no folder and no extension. Returns the two paths."""
     if not isinstance(name, str) or not _NAME.fullmatch(name):
-        raise ValueError(f"name must be a bare figure name like '01_baseline_speed' (letters, "
-                         f"digits, '_', '-'; no '/' and no extension), got {name!r}")
+        raise ValueError(
+            f"name must be a bare figure name like '01_baseline_speed' (letters, "
+            f"digits, '_', '-'; no '/' and no extension), got {name!r}"
+        )
     if not callable(getattr(fig, "savefig", None)):
         raise TypeError(f"fig must be a matplotlib Figure (or have .savefig), got {type(fig).__name__}")
     out_dir = _dir(root)

@@ -19,6 +19,7 @@ fields existed: then the speclib files changed in git since its commit are liste
 
     python -m speclib study stale       # every committed step that is stale or of unknown provenance
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -35,15 +36,16 @@ OUTPUTS = ("data/results", "data/sweeps", "figures", "README.md", "build")
 CODE_DIRS = ("speclib", "kernels")
 GIT_TIMEOUT_S = 10
 
-_file_hashes: dict[str, str] = {}           # path relative to the repo -> sha1 of the bytes first seen
-_loaded_code: dict | None = None            # the commit and dirty flag when the first Study started
-_weights_cache: dict[tuple, str] = {}        # (path, size, mtime_ns) -> sha256
+_file_hashes: dict[str, str] = {}  # path relative to the repo -> sha1 of the bytes first seen
+_loaded_code: dict | None = None  # the commit and dirty flag when the first Study started
+_weights_cache: dict[tuple, str] = {}  # (path, size, mtime_ns) -> sha256
 
 
 def _git(*args: str) -> str | None:
     try:
-        return subprocess.run(["git", *args], cwd=REPO, check=True, capture_output=True, text=True,
-                              timeout=GIT_TIMEOUT_S).stdout
+        return subprocess.run(
+            ["git", *args], cwd=REPO, check=True, capture_output=True, text=True, timeout=GIT_TIMEOUT_S
+        ).stdout
     except (OSError, subprocess.SubprocessError):
         return None
 
@@ -54,8 +56,9 @@ def code_state() -> dict:
     sha = _git("rev-parse", "--short", "HEAD")
     status = _git("status", "--porcelain", "--untracked-files=no", "--", ".", *(f":(exclude){p}" for p in OUTPUTS))
     files = None if status is None else sorted(line[3:] for line in status.splitlines() if line.strip())
-    return dict(git_sha=(sha or "").strip() or "unknown", dirty=None if files is None else bool(files),
-                dirty_files=files)
+    return dict(
+        git_sha=(sha or "").strip() or "unknown", dirty=None if files is None else bool(files), dirty_files=files
+    )
 
 
 def loaded_code() -> dict:
@@ -113,10 +116,11 @@ def named_checkpoints(params: dict) -> list[str]:
     from speclib.lms.lm import checkpoints
     from speclib.lms.loading import OPENED
     from speclib.lms.pretrained import MODELS
+
     shipped = set(checkpoints()) | set(MODELS)
     found = set(OPENED)
     for v in params.values():
-        for x in (v if isinstance(v, list) else [v]):
+        for x in v if isinstance(v, list) else [v]:
             if isinstance(x, str) and x in shipped:
                 found.add(x)
     return sorted(found)
@@ -127,6 +131,7 @@ def weights_hash(name: str) -> str | None:
     card of its dequantized cache); None when neither exists here."""
     from speclib.lms import pretrained
     from speclib.lms.lm import CHECKPOINTS
+
     if (CHECKPOINTS / name).is_dir():
         return checkpoint_hash(CHECKPOINTS / name)
     if name in pretrained.MODELS:
@@ -142,12 +147,14 @@ def checkpoint_hashes(names: list[str]) -> dict[str, str]:
 class Calibration:
     """The target's one-token pass time (median of `repeats` passes over a `prefix_len` cache),
     measured before and after each computed step. Costs about `repeats` target passes each time."""
+
     lm: object
     prefix_len: int = 128
     repeats: int = 15
 
     def __call__(self) -> float:
         from speclib.research.bench import latency_samples
+
         return statistics.median(latency_samples([(self.lm, 1)], self.prefix_len, self.repeats, warmup=3)[0]) * 1e3
 
 
@@ -166,12 +173,22 @@ def check(man: dict) -> dict:
     mods, ckpts = man.get("modules"), man.get("checkpoints")
     if mods is None:
         shas = [s for s in str(man.get("git_sha", "")).split(",") if s and s != "unknown"]
-        why = "adopted (tables saved before results modes existed)" if man.get("adopted") else \
-            "recorded before code fingerprints existed"
+        why = (
+            "adopted (tables saved before results modes existed)"
+            if man.get("adopted")
+            else "recorded before code fingerprints existed"
+        )
         changed = sorted({f for s in shas for f in (changed_since(s) or [])})
-        reasons.append(f"{why}; commit {', '.join(shas) or 'unknown'}"
-                       + (f"; {len(changed)} code files changed since ({', '.join(changed[:4])}"
-                          + (", ..." if len(changed) > 4 else "") + ")" if changed else "; no code change since in git"))
+        reasons.append(
+            f"{why}; commit {', '.join(shas) or 'unknown'}"
+            + (
+                f"; {len(changed)} code files changed since ({', '.join(changed[:4])}"
+                + (", ..." if len(changed) > 4 else "")
+                + ")"
+                if changed
+                else "; no code change since in git"
+            )
+        )
         return dict(status="unknown", reasons=reasons)
     for rel, h in mods.items():
         p = REPO / rel

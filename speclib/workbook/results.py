@@ -11,6 +11,7 @@ The default root, `root()`, is read when a function is called (nothing happens o
 `$SPECLIB_OUT/results` when SPECLIB_OUT is set (smoke runs, tests), else `data/results/`; tests
 pass `root=` to write elsewhere.
 """
+
 from __future__ import annotations
 
 import os
@@ -27,7 +28,7 @@ from speclib.core.device import REPO
 
 SUFFIX = ".parquet"
 _NAME = re.compile(r"[A-Za-z0-9_\-]+(/[A-Za-z0-9_\-]+)*")
-GIT_TIMEOUT_S = 10          # `git rev-parse` answers in milliseconds; a hung git must not hang a notebook
+GIT_TIMEOUT_S = 10  # `git rev-parse` answers in milliseconds; a hung git must not hang a notebook
 
 __all__ = ["root", "git_sha", "available", "path", "save", "load", "MissingResult"]
 
@@ -51,8 +52,14 @@ def _dir(given: str | Path | None) -> Path:
 def git_sha() -> str:
     """Short commit hash of the repository's HEAD, or "unknown" (no git, no commit yet, ...)."""
     try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, check=True,
-                             capture_output=True, text=True, timeout=GIT_TIMEOUT_S)
+        out = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=REPO,
+            check=True,
+            capture_output=True,
+            text=True,
+            timeout=GIT_TIMEOUT_S,
+        )
     except (OSError, subprocess.SubprocessError):
         return "unknown"
     return out.stdout.strip() or "unknown"
@@ -70,8 +77,10 @@ def path(name: str, root: str | Path | None = None) -> Path:
     """The parquet path of result `name` ("NN_slug/name": letters, digits, _ and -, folders
     separated by /, no extension)."""
     if not isinstance(name, str) or not _NAME.fullmatch(name):
-        raise ValueError(f"name must look like 'NN_slug/name' (letters, digits, '_', '-', "
-                         f"folders separated by '/', no extension), got {name!r}")
+        raise ValueError(
+            f"name must look like 'NN_slug/name' (letters, digits, '_', '-', "
+            f"folders separated by '/', no extension), got {name!r}"
+        )
     return _dir(root) / (name + SUFFIX)
 
 
@@ -83,6 +92,7 @@ def save(df: pd.DataFrame, name: str, root: str | Path | None = None, metadata: 
         raise TypeError(f"df must be a pandas DataFrame, got {type(df).__name__}")
     out = path(name, root)
     from speclib.workbook.provenance import run_sha
+
     df = df.assign(git_sha=run_sha())
     out.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.stem}.", suffix=".tmp")
@@ -90,10 +100,11 @@ def save(df: pd.DataFrame, name: str, root: str | Path | None = None, metadata: 
     try:
         table = pa.Table.from_pandas(df)
         if metadata:
-            table = table.replace_schema_metadata({**(table.schema.metadata or {}),
-                                                   **{k.encode(): v.encode() for k, v in metadata.items()}})
+            table = table.replace_schema_metadata(
+                {**(table.schema.metadata or {}), **{k.encode(): v.encode() for k, v in metadata.items()}}
+            )
         pq.write_table(table, tmp)
-        os.chmod(tmp, 0o644)              # mkstemp makes 0600; results are ordinary readable files
+        os.chmod(tmp, 0o644)  # mkstemp makes 0600; results are ordinary readable files
         os.replace(tmp, out)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -106,6 +117,5 @@ def load(name: str, root: str | Path | None = None) -> pd.DataFrame:
     p = path(name, root)
     if not p.is_file():
         names = available(root)
-        raise MissingResult(f"name: no result {name!r} at {p}; "
-                         f"available: {', '.join(names) if names else '(none)'}")
+        raise MissingResult(f"name: no result {name!r} at {p}; available: {', '.join(names) if names else '(none)'}")
     return pd.read_parquet(p)

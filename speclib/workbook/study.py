@@ -29,6 +29,7 @@ is asked to publish (`publish=True`), so a smoke run never overwrites the commit
 or README table. `$SPECLIB_OUT`, when set, wins over both. "auto" and "reuse" look for saved steps
 first where this run writes, then in the committed `data/results/`.
 """
+
 from __future__ import annotations
 
 import ast
@@ -37,26 +38,26 @@ import inspect
 import json
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import pandas as pd
 import pyarrow.parquet as pq
 
-from speclib.workbook import provenance, results
 from speclib.core.device import REPO
+from speclib.workbook import provenance, results
 
 MODES = ("auto", "recompute", "reuse")
 # parameters that choose how a run is stored or checked, not what it computes (notebook 05's SKIP_MISSING
 # drops backends from BACKENDS / CONFIGS, which are recorded themselves)
 CONTROL = ("RESULTS", "PUBLISH", "SKIP_MISSING")
-META_KEY = "speclib.step"               # parquet metadata key holding the producing step's run id
+META_KEY = "speclib.step"  # parquet metadata key holding the producing step's run id
 MANIFEST = ".step.json"
 
 __all__ = ["MODES", "Study", "notebook_defaults", "StepMismatch", "broken_steps", "stale_steps"]
 
 
-_routed: str | None = None               # the SPECLIB_OUT a Study set for an unpublished run in this process
+_routed: str | None = None  # the SPECLIB_OUT a Study set for an unpublished run in this process
 
 
 class StepMismatch(ValueError):
@@ -92,9 +93,15 @@ def _machine() -> dict:
     import platform
 
     import torch
+
     from speclib.core.device import cpu_count
-    return dict(platform=platform.platform(), cpus=cpu_count(), torch=torch.__version__,
-                gpu=torch.cuda.get_device_name() if torch.cuda.is_available() else None)
+
+    return dict(
+        platform=platform.platform(),
+        cpus=cpu_count(),
+        torch=torch.__version__,
+        gpu=torch.cuda.get_device_name() if torch.cuda.is_available() else None,
+    )
 
 
 def _source_hash(fn) -> str | None:
@@ -108,8 +115,11 @@ def _source_hash(fn) -> str | None:
 def _differences(saved: dict, now: dict) -> dict:
     """{name: (saved value, this run's value)} for every parameter that differs or is on one side only."""
     missing = "(not used)"
-    return {k: (saved.get(k, missing), now.get(k, missing)) for k in sorted(set(saved) | set(now))
-            if saved.get(k, missing) != now.get(k, missing)}
+    return {
+        k: (saved.get(k, missing), now.get(k, missing))
+        for k in sorted(set(saved) | set(now))
+        if saved.get(k, missing) != now.get(k, missing)
+    }
 
 
 class Study:
@@ -129,15 +139,23 @@ class Study:
     A reused step whose code or checkpoints changed since it ran (`provenance.check`) is reported
     with a visible note and logged as "reused (stale)"."""
 
-    def __init__(self, notebook: str, namespace: dict, mode: str = "auto", publish: bool = False,
-                 always: dict | None = None, defaults: dict | None = None, calibrate=None):
+    def __init__(
+        self,
+        notebook: str,
+        namespace: dict,
+        mode: str = "auto",
+        publish: bool = False,
+        always: dict | None = None,
+        defaults: dict | None = None,
+        calibrate=None,
+    ):
         if mode not in MODES:
             raise ValueError(f"mode (RESULTS) must be one of {MODES}, got {mode!r}")
         if calibrate is not None and not callable(calibrate):
-            calibrate = provenance.Calibration(calibrate)        # an LM: time its one-token pass
+            calibrate = provenance.Calibration(calibrate)  # an LM: time its one-token pass
         self.notebook, self.mode, self.calibrate = notebook, mode, calibrate
-        self.code = provenance.loaded_code()                 # the code this kernel imported
-        provenance.module_fingerprints()                     # hash what is loaded now, before any later edit
+        self.code = provenance.loaded_code()  # the code this kernel imported
+        provenance.module_fingerprints()  # hash what is loaded now, before any later edit
         defaults = notebook_defaults(REPO / "notebooks" / f"{notebook}.ipynb") if defaults is None else defaults
         missing = [k for k in defaults if k not in namespace]
         if missing:
@@ -147,21 +165,21 @@ class Study:
         self.published = publish or not self.changed
         self.always = {k: _plain(v) for k, v in (always or {}).items()}
         self.uses: dict[str, list[str]] = {}
-        self.log: list[dict] = []               # one row per step: computed or reused, seconds
+        self.log: list[dict] = []  # one row per step: computed or reused, seconds
         global _routed
         given = os.environ.get("SPECLIB_OUT")
-        if given and given == _routed:          # set by an earlier Study in this kernel, not by the user
+        if given and given == _routed:  # set by an earlier Study in this kernel, not by the user
             given = None
             os.environ.pop("SPECLIB_OUT")
         _routed = None
         if given:
             self.out = Path(given)
         elif self.published:
-            self.out = None                     # data/results and figures/ (results.root(), plotting.root())
+            self.out = None  # data/results and figures/ (results.root(), plotting.root())
         else:
             tag = hashlib.sha1(json.dumps(self.params, sort_keys=True).encode()).hexdigest()[:8]
             self.out = REPO / "build" / "unpublished" / notebook / tag
-            _routed = os.environ["SPECLIB_OUT"] = str(self.out)   # every results.save / savefig of this kernel follows
+            _routed = os.environ["SPECLIB_OUT"] = str(self.out)  # every results.save / savefig of this kernel follows
             self.out.mkdir(parents=True, exist_ok=True)
             (self.out / "params.json").write_text(json.dumps(self.params, indent=1, sort_keys=True) + "\n")
 
@@ -174,8 +192,12 @@ class Study:
         """One line saying where this run writes and why."""
         if self.out is None:
             return "writes data/results/ and figures/ (every parameter at its committed default)"
-        why = "asked to publish" if self.published else \
-            "parameters differ from the committed defaults: " + ", ".join(f"{k}={v[1]!r}" for k, v in self.changed.items())
+        why = (
+            "asked to publish"
+            if self.published
+            else "parameters differ from the committed defaults: "
+            + ", ".join(f"{k}={v[1]!r}" for k, v in self.changed.items())
+        )
         return f"writes {self.out.relative_to(REPO) if self.out.is_relative_to(REPO) else self.out} ({why})"
 
     def _used(self, uses) -> dict:
@@ -188,8 +210,10 @@ class Study:
             elif u in self.params:
                 names.add(u)
             else:
-                raise ValueError(f"uses: {u!r} is neither a parameter of {self.notebook} ({sorted(self.params)}) "
-                                 f"nor an earlier step ({sorted(self.uses)})")
+                raise ValueError(
+                    f"uses: {u!r} is neither a parameter of {self.notebook} ({sorted(self.params)}) "
+                    f"nor an earlier step ({sorted(self.uses)})"
+                )
         return {**{k: self.params[k] for k in sorted(names)}, **self.always}
 
     def _manifest_path(self, root: Path, name: str) -> Path:
@@ -213,7 +237,7 @@ class Study:
                 p = results.path(f"{self.notebook}/{t}", root)
                 meta = (pq.read_schema(p).metadata or {}) if p.is_file() else {}
                 if meta.get(META_KEY.encode(), b"").decode() != man["run_id"]:
-                    break                       # a table from another run: this copy is not whole
+                    break  # a table from another run: this copy is not whole
                 tables[t] = pd.read_parquet(p)
             else:
                 return tables, man
@@ -230,20 +254,38 @@ class Study:
                 state = provenance.check(info)
                 src = _source_hash(compute)
                 if state["status"] == "current" and info.get("step_source") and src and src != info["step_source"]:
-                    state = dict(status="stale", reasons=[f"the step's function in the notebook changed"])
+                    state = dict(status="stale", reasons=["the step's function in the notebook changed"])
                 action = "reused" if state["status"] == "current" else f"reused ({state['status']})"
                 if action != "reused":
-                    print(f"NOTE: step {name!r} reused from commit {info['git_sha']}, "
-                          f"{'provenance unknown' if state['status'] == 'unknown' else 'STALE'}: "
-                          + "; ".join(state["reasons"]) + ". Recompute it with RESULTS='recompute'.", flush=True)
-                self.log.append(dict(step=name, action=action, seconds=0.0, computed_s=info["seconds"],
-                                     git_sha=info["git_sha"], note="; ".join(state["reasons"])))
+                    print(
+                        f"NOTE: step {name!r} reused from commit {info['git_sha']}, "
+                        f"{'provenance unknown' if state['status'] == 'unknown' else 'STALE'}: "
+                        + "; ".join(state["reasons"])
+                        + ". Recompute it with RESULTS='recompute'.",
+                        flush=True,
+                    )
+                self.log.append(
+                    dict(
+                        step=name,
+                        action=action,
+                        seconds=0.0,
+                        computed_s=info["seconds"],
+                        git_sha=info["git_sha"],
+                        note="; ".join(state["reasons"]),
+                    )
+                )
                 return tables[name] if info["single"] else tables
             if self.mode == "reuse":
-                detail = ("no saved results" if info is None else "saved with other parameters: " +
-                          "; ".join(f"{k} saved {a!r}, now {b!r}" for k, a, b in ((k, *v) for k, v in info.items())))
-                raise StepMismatch(f"RESULTS='reuse': step {name!r} of {self.notebook} has {detail}. "
-                                   f"Run with RESULTS='auto' or 'recompute' to compute it.")
+                detail = (
+                    "no saved results"
+                    if info is None
+                    else "saved with other parameters: "
+                    + "; ".join(f"{k} saved {a!r}, now {b!r}" for k, a, b in ((k, *v) for k, v in info.items()))
+                )
+                raise StepMismatch(
+                    f"RESULTS='reuse': step {name!r} of {self.notebook} has {detail}. "
+                    f"Run with RESULTS='auto' or 'recompute' to compute it."
+                )
         adoptions = _adoptions()
         if name in adoptions:
             return self._adopt(name, used, adoptions[name])
@@ -261,19 +303,39 @@ class Study:
         digest = hashlib.sha1(json.dumps(used, sort_keys=True).encode())
         for t in sorted(tables):
             digest.update(t.encode() + tables[t].to_parquet())
-        man = dict(notebook=self.notebook, step=name, params=used, notebook_params=self.params, tables=sorted(tables),
-                   single=single, seconds=round(seconds, 3), run_id=digest.hexdigest()[:16], **self.code,
-                   machine=_machine(), modules=provenance.module_fingerprints(),
-                   checkpoints=provenance.checkpoint_hashes(provenance.named_checkpoints(used)),
-                   step_source=_source_hash(compute),
-                   calibration=None if calib_before is None else dict(
-                       t1_ms_before=round(calib_before, 3), t1_ms_after=round(calib_after, 3)))
+        man = dict(
+            notebook=self.notebook,
+            step=name,
+            params=used,
+            notebook_params=self.params,
+            tables=sorted(tables),
+            single=single,
+            seconds=round(seconds, 3),
+            run_id=digest.hexdigest()[:16],
+            **self.code,
+            machine=_machine(),
+            modules=provenance.module_fingerprints(),
+            checkpoints=provenance.checkpoint_hashes(provenance.named_checkpoints(used)),
+            step_source=_source_hash(compute),
+            calibration=None
+            if calib_before is None
+            else dict(t1_ms_before=round(calib_before, 3), t1_ms_after=round(calib_after, 3)),
+        )
         for t, df in tables.items():
             results.save(df, f"{self.notebook}/{t}", metadata={META_KEY: man["run_id"]})
         self._write_manifest(results.root(), name, man)
-        self.log.append(dict(step=name, action="computed", seconds=seconds, computed_s=seconds, git_sha=man["git_sha"],
-                             note="" if calib_before is None else
-                             f"target T(1) {calib_before:.1f} ms before, {calib_after:.1f} ms after"))
+        self.log.append(
+            dict(
+                step=name,
+                action="computed",
+                seconds=seconds,
+                computed_s=seconds,
+                git_sha=man["git_sha"],
+                note=""
+                if calib_before is None
+                else f"target T(1) {calib_before:.1f} ms before, {calib_after:.1f} ms after",
+            )
+        )
         back = {t: results.load(f"{self.notebook}/{t}") for t in tables}
         return back[name] if single else back
 
@@ -286,19 +348,39 @@ class Study:
         digest = hashlib.sha1(json.dumps(used, sort_keys=True).encode())
         for t in sorted(frames):
             digest.update(t.encode() + frames[t].to_parquet())
-        man = dict(notebook=self.notebook, step=name, params=used, notebook_params=self.params, tables=sorted(frames),
-                   single=tables is None, seconds=None, run_id=digest.hexdigest()[:16],
-                   git_sha=",".join(shas), dirty=None, adopted=True)
+        man = dict(
+            notebook=self.notebook,
+            step=name,
+            params=used,
+            notebook_params=self.params,
+            tables=sorted(frames),
+            single=tables is None,
+            seconds=None,
+            run_id=digest.hexdigest()[:16],
+            git_sha=",".join(shas),
+            dirty=None,
+            adopted=True,
+        )
         for t in frames:
             p = results.path(f"{self.notebook}/{t}", root)
             table = pq.read_table(p)
-            table = table.replace_schema_metadata({**(table.schema.metadata or {}), META_KEY.encode(): man["run_id"].encode()})
+            table = table.replace_schema_metadata(
+                {**(table.schema.metadata or {}), META_KEY.encode(): man["run_id"].encode()}
+            )
             tmp = p.with_name(f".{p.stem}.adopt.tmp")
             pq.write_table(table, tmp)
             os.replace(tmp, p)
         self._write_manifest(root, name, man)
-        self.log.append(dict(step=name, action="adopted", seconds=0.0, computed_s=None, git_sha=man["git_sha"],
-                             note="tables saved before results modes existed; code version unknown"))
+        self.log.append(
+            dict(
+                step=name,
+                action="adopted",
+                seconds=0.0,
+                computed_s=None,
+                git_sha=man["git_sha"],
+                note="tables saved before results modes existed; code version unknown",
+            )
+        )
         tables, _ = self._read(name, used)
         return tables[name] if man["single"] else tables
 
@@ -306,7 +388,7 @@ class Study:
         mp = self._manifest_path(root, name)
         tmp = mp.with_suffix(".tmp")
         tmp.write_text(json.dumps(man, indent=1, sort_keys=True) + "\n")
-        os.replace(tmp, mp)                     # written last: a crash before it leaves no claimable step
+        os.replace(tmp, mp)  # written last: a crash before it leaves no claimable step
 
     def summary(self) -> pd.DataFrame:
         """One row per step of this run: computed, reused, "reused (stale)" or "reused (unknown)" (see
@@ -326,8 +408,10 @@ def broken_steps(root: str | Path) -> list[str]:
             p = mp.parent / f"{t}.parquet"
             got = (pq.read_schema(p).metadata or {}).get(META_KEY.encode(), b"").decode() if p.is_file() else "missing"
             if got != man["run_id"]:
-                out.append(f"{mp.parent.name}/{man['step']}: table {t} has run id {got or 'none'}, "
-                           f"the manifest says {man['run_id']}")
+                out.append(
+                    f"{mp.parent.name}/{man['step']}: table {t} has run id {got or 'none'}, "
+                    f"the manifest says {man['run_id']}"
+                )
     return out
 
 
@@ -341,29 +425,62 @@ def stale_steps(root: str | Path | None = None) -> pd.DataFrame:
         state = provenance.check(man)
         cal = man.get("calibration") or {}
         # manifests written before `dirty_files` existed counted the run's own outputs as changes: not shown
-        rows.append(dict(notebook=mp.parent.name, step=man["step"], status=state["status"], git_sha=man.get("git_sha"),
-                         dirty=man.get("dirty") if "dirty_files" in man else None, adopted=bool(man.get("adopted")),
-                         seconds=man.get("seconds"), t1_ms_before=cal.get("t1_ms_before"),
-                         t1_ms_after=cal.get("t1_ms_after"), reasons="; ".join(state["reasons"])))
-    return pd.DataFrame(rows, columns=["notebook", "step", "status", "git_sha", "dirty", "adopted", "seconds", "t1_ms_before",
-                                       "t1_ms_after", "reasons"])
+        rows.append(
+            dict(
+                notebook=mp.parent.name,
+                step=man["step"],
+                status=state["status"],
+                git_sha=man.get("git_sha"),
+                dirty=man.get("dirty") if "dirty_files" in man else None,
+                adopted=bool(man.get("adopted")),
+                seconds=man.get("seconds"),
+                t1_ms_before=cal.get("t1_ms_before"),
+                t1_ms_after=cal.get("t1_ms_after"),
+                reasons="; ".join(state["reasons"]),
+            )
+        )
+    return pd.DataFrame(
+        rows,
+        columns=[
+            "notebook",
+            "step",
+            "status",
+            "git_sha",
+            "dirty",
+            "adopted",
+            "seconds",
+            "t1_ms_before",
+            "t1_ms_after",
+            "reasons",
+        ],
+    )
 
 
 def main(argv=None) -> int:
     import argparse
+
     ap = argparse.ArgumentParser(prog="python -m speclib study", description="Provenance of saved steps.")
-    ap.add_argument("command", choices=["stale", "list"], help="stale: steps whose code or checkpoints changed since "
-                    "they ran, or whose provenance is unknown; list: every step")
+    ap.add_argument(
+        "command",
+        choices=["stale", "list"],
+        help="stale: steps whose code or checkpoints changed since "
+        "they ran, or whose provenance is unknown; list: every step",
+    )
     ap.add_argument("--root", type=Path, default=None, help="results folder (default data/results)")
     a = ap.parse_args(argv)
     df = stale_steps(a.root)
     if a.command == "stale":
         df = df[df.status != "current"]
     for r in df.itertuples():
-        cal = "" if r.t1_ms_before is None or r.t1_ms_before != r.t1_ms_before else \
-            f", target T(1) {r.t1_ms_before:.1f}/{r.t1_ms_after:.1f} ms before/after"
-        print(f"{r.notebook}/{r.step}: {r.status} (commit {r.git_sha}{', dirty' if r.dirty else ''}{cal})"
-              + (f": {r.reasons}" if r.reasons else ""))
+        cal = (
+            ""
+            if r.t1_ms_before is None or r.t1_ms_before != r.t1_ms_before
+            else f", target T(1) {r.t1_ms_before:.1f}/{r.t1_ms_after:.1f} ms before/after"
+        )
+        print(
+            f"{r.notebook}/{r.step}: {r.status} (commit {r.git_sha}{', dirty' if r.dirty else ''}{cal})"
+            + (f": {r.reasons}" if r.reasons else "")
+        )
     if not len(df):
         print("every saved step is current")
     return 0
@@ -379,7 +496,7 @@ def _adoptions() -> dict[str, list[str] | None]:
     spec = os.environ.get("SPECLIB_ADOPT", "").strip()
     out = {}
     for part in filter(None, (p.strip() for p in spec.split(";"))):
-        step, eq, tables = part.partition("=")       # "step" alone: the step returns one table named like it
+        step, eq, tables = part.partition("=")  # "step" alone: the step returns one table named like it
         out[step.strip()] = [t.strip() for t in tables.split(",") if t.strip()] if eq else None
     return out
 

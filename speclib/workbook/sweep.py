@@ -40,6 +40,7 @@ runs only the points not done.
 of its own and writes its results and figures where a local run would: `data/results/` and
 `figures/` when every parameter is at its committed default, else `build/unpublished/`.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -62,7 +63,7 @@ from speclib.core.device import REPO
 from speclib.workbook.notebooks import _value
 from speclib.workbook.study import CONTROL, MODES, notebook_defaults
 
-RESOURCE = "speclib_timing"          # one per node: a timed point holds its node alone
+RESOURCE = "speclib_timing"  # one per node: a timed point holds its node alone
 UPLOAD_EXCLUDES = [".git", ".venv", "build", "figures", "data/sweeps", "**/__pycache__", "**/.ipynb_checkpoints"]
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 
@@ -70,6 +71,7 @@ __all__ = ["points", "point_name", "check", "run_sweep", "combine", "main"]
 
 
 # ---------------------------------------------------------------- the grid, checked before anything runs
+
 
 def _axes(grid: dict[str, list]) -> list[tuple[list[str], list[tuple]]]:
     """The grid's axes as (names, values): a key "A+B" is one axis whose values are (a, b) pairs,
@@ -121,7 +123,7 @@ def _type_ok(default, value) -> bool:
         return isinstance(value, (list, tuple))
     if isinstance(default, str):
         return isinstance(value, str)
-    return True                                   # a default that is not a literal: anything goes
+    return True  # a default that is not a literal: anything goes
 
 
 def check(notebook: str | Path, grid: dict[str, list], fixed: dict) -> dict:
@@ -144,8 +146,10 @@ def check(notebook: str | Path, grid: dict[str, list], fixed: dict) -> dict:
             raise ValueError(f"--grid {name}: no values")
         for v in values:
             if not _type_ok(declared[name], v):
-                raise ValueError(f"bad value {v!r} for {name} of {nb.name}: expected a {type(declared[name]).__name__} "
-                                 f"like its default {declared[name]!r}")
+                raise ValueError(
+                    f"bad value {v!r} for {name} of {nb.name}: expected a {type(declared[name]).__name__} "
+                    f"like its default {declared[name]!r}"
+                )
             if name == "RESULTS" and v not in MODES:
                 raise ValueError(f"bad value {v!r} for RESULTS: one of {MODES}")
     return declared
@@ -163,12 +167,15 @@ def _reachable(address: str, timeout: float = 5.0) -> None:
     try:
         socket.create_connection((host, int(port)), timeout=timeout).close()
     except OSError as e:
-        raise ValueError(f"--address {address}: no Ray cluster answers there ({e}). Start one with "
-                         f"`ray start --head --resources '{{\"{RESOURCE}\": 1}}'`, or leave --address out "
-                         f"to run on this machine") from None
+        raise ValueError(
+            f"--address {address}: no Ray cluster answers there ({e}). Start one with "
+            f"`ray start --head --resources '{{\"{RESOURCE}\": 1}}'`, or leave --address out "
+            f"to run on this machine"
+        ) from None
 
 
 # ---------------------------------------------------------------- one point, on a worker
+
 
 def _pack(folder: Path) -> bytes:
     buf = io.BytesIO()
@@ -184,14 +191,21 @@ def _execute(repo: str | None, notebook: str, params: dict, cpus: int) -> dict:
     import subprocess
 
     import ray
+
     repo = Path(repo or os.getcwd())
     if not (repo / "speclib").is_dir():
-        raise RuntimeError(f"no speclib checkout at {repo} on {socket.gethostname()}: use --code upload "
-                           f"or mount the repository at the same path on every node")
+        raise RuntimeError(
+            f"no speclib checkout at {repo} on {socket.gethostname()}: use --code upload "
+            f"or mount the repository at the same path on every node"
+        )
     out = Path(tempfile.mkdtemp(prefix="speclib-point-"))
     executed = out / Path(notebook).name
-    env = {**os.environ, "SPECLIB_OUT": str(out), "PYTHONPATH": os.pathsep.join(
-        filter(None, [str(repo), os.environ.get("PYTHONPATH")])), **{v: str(cpus) for v in THREAD_VARS}}
+    env = {
+        **os.environ,
+        "SPECLIB_OUT": str(out),
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(repo), os.environ.get("PYTHONPATH")])),
+        **{v: str(cpus) for v in THREAD_VARS},
+    }
     cmd = [sys.executable, "-m", "speclib.workbook.notebooks", str(repo / notebook), str(executed)]
     for k, v in params.items():
         cmd += ["-p", k, repr(v)]
@@ -206,9 +220,16 @@ def _execute(repo: str | None, notebook: str, params: dict, cpus: int) -> dict:
         archive = _pack(out)
     finally:
         shutil.rmtree(out, ignore_errors=True)
-    return dict(status="failed" if error else "done", seconds=round(seconds, 2), error=error,
-                node=ray.get_runtime_context().get_node_id(), host=socket.gethostname(),
-                node_cpus=os.cpu_count(), cpus=cpus, archive=archive)
+    return dict(
+        status="failed" if error else "done",
+        seconds=round(seconds, 2),
+        error=error,
+        node=ray.get_runtime_context().get_node_id(),
+        host=socket.gethostname(),
+        node_cpus=os.cpu_count(),
+        cpus=cpus,
+        archive=archive,
+    )
 
 
 def _unpack(archive: bytes, dest: Path) -> None:
@@ -225,16 +246,20 @@ def _unpack(archive: bytes, dest: Path) -> None:
 
 # ---------------------------------------------------------------- the sweep, on the driver
 
+
 def _init_ray(address: str | None):
     import ray
+
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     t0 = time.perf_counter()
     if address:
         ray.init(address=address, include_dashboard=False, log_to_driver=False)
         if ray.cluster_resources().get(RESOURCE, 0) < 1:
             ray.shutdown()
-            raise ValueError(f"the cluster at {address} offers no {RESOURCE!r} slot: start each node with "
-                             f"`ray start ... --resources '{{\"{RESOURCE}\": 1}}'`, or pass --untimed")
+            raise ValueError(
+                f"the cluster at {address} offers no {RESOURCE!r} slot: start each node with "
+                f"`ray start ... --resources '{{\"{RESOURCE}\": 1}}'`, or pass --untimed"
+            )
     else:
         ray.init(resources={RESOURCE: 1}, include_dashboard=False, log_to_driver=False)
     return time.perf_counter() - t0
@@ -243,6 +268,7 @@ def _init_ray(address: str | None):
 def _local_cluster() -> bool:
     """True when every live node of the connected cluster has this machine's address."""
     import ray
+
     mine = {"127.0.0.1", ray.util.get_node_ip_address()}
     return all(n["NodeManagerAddress"] in mine for n in ray.nodes() if n["Alive"])
 
@@ -256,13 +282,22 @@ def _upload_size() -> int:
     return total
 
 
-def _dispatch(jobs: list[tuple[Path, str, str, dict]], address: str | None, cpus_per_run: int | None,
-              gpus_per_run: float, timed: bool, code: str | None, desc: str, progress: bool) -> list[dict]:
+def _dispatch(
+    jobs: list[tuple[Path, str, str, dict]],
+    address: str | None,
+    cpus_per_run: int | None,
+    gpus_per_run: float,
+    timed: bool,
+    code: str | None,
+    desc: str,
+    progress: bool,
+) -> list[dict]:
     """Run `jobs`, each (folder, point, notebook relative to the repository, parameters), as Ray tasks
     (all submitted at once; Ray places them). A done point's files land in folder/point, a failed
     one's in folder/failed/point. Returns one row per job, in the order they finished."""
     import ray
     from tqdm.auto import tqdm
+
     if code not in (None, "shared", "upload"):
         raise ValueError(f"--code must be 'shared' or 'upload', got {code!r}")
     # a Ray the caller already connected (a notebook, a test session) is used as it is, and left running
@@ -277,19 +312,24 @@ def _dispatch(jobs: list[tuple[Path, str, str, dict]], address: str | None, cpus
         if timed:
             opts["resources"] = {RESOURCE: 1}
         if code == "upload":
-            print(f"uploading {_upload_size() / 2**20:.0f} MiB (code, notebooks, data/ with the checkpoints) "
-                  f"as a Ray runtime environment")
+            print(
+                f"uploading {_upload_size() / 2**20:.0f} MiB (code, notebooks, data/ with the checkpoints) "
+                f"as a Ray runtime environment"
+            )
             opts["runtime_env"] = {"working_dir": str(REPO), "excludes": UPLOAD_EXCLUDES}
         task = ray.remote(_execute).options(**opts)
         for folder in {j[0] for j in jobs}:
             folder.mkdir(parents=True, exist_ok=True)
             for stale in folder.glob(".tmp-*"):
                 shutil.rmtree(stale, ignore_errors=True)
-        print(f"{desc}: {len(jobs)} point(s) to run; Ray up in {init_s:.1f} s ({len(nodes)} node(s), code {code}, "
-              f"{cpus_per_run} CPU(s) per point{', timed: one point per node' if timed else ''})")
+        print(
+            f"{desc}: {len(jobs)} point(s) to run; Ray up in {init_s:.1f} s ({len(nodes)} node(s), code {code}, "
+            f"{cpus_per_run} CPU(s) per point{', timed: one point per node' if timed else ''})"
+        )
         repo = None if code == "upload" else str(REPO)
-        pending = {task.remote(repo, rel, params, cpus_per_run): (folder, point, params)
-                   for folder, point, rel, params in jobs}
+        pending = {
+            task.remote(repo, rel, params, cpus_per_run): (folder, point, params) for folder, point, rel, params in jobs
+        }
         rows = []
         bar = tqdm(total=len(pending), desc=desc, unit="point", disable=not progress)
         while pending:
@@ -297,9 +337,17 @@ def _dispatch(jobs: list[tuple[Path, str, str, dict]], address: str | None, cpus
             folder, point, params = pending.pop(ref)
             try:
                 res = ray.get(ref)
-            except Exception as e:                # the task itself died (worker lost, no checkout, ...)
-                res = dict(status="failed", seconds=None, error=f"{type(e).__name__}: {e}"[-2000:], node=None,
-                           host=None, node_cpus=None, cpus=cpus_per_run, archive=None)
+            except Exception as e:  # the task itself died (worker lost, no checkout, ...)
+                res = dict(
+                    status="failed",
+                    seconds=None,
+                    error=f"{type(e).__name__}: {e}"[-2000:],
+                    node=None,
+                    host=None,
+                    node_cpus=None,
+                    cpus=cpus_per_run,
+                    archive=None,
+                )
             archive = res.pop("archive")
             if archive is not None:
                 _unpack(archive, folder / point if res["status"] == "done" else folder / "failed" / point)
@@ -314,10 +362,20 @@ def _dispatch(jobs: list[tuple[Path, str, str, dict]], address: str | None, cpus
     return rows
 
 
-def run_sweep(notebook: str | Path, grid: dict[str, list], fixed: dict | None = None, name: str | None = None,
-              address: str | None = None, cpus_per_run: int | None = None, gpus_per_run: float = 0,
-              timed: bool = True, code: str | None = None, resume: bool = False, out: str | Path | None = None,
-              progress: bool = True) -> pd.DataFrame:
+def run_sweep(
+    notebook: str | Path,
+    grid: dict[str, list],
+    fixed: dict | None = None,
+    name: str | None = None,
+    address: str | None = None,
+    cpus_per_run: int | None = None,
+    gpus_per_run: float = 0,
+    timed: bool = True,
+    code: str | None = None,
+    resume: bool = False,
+    out: str | Path | None = None,
+    progress: bool = True,
+) -> pd.DataFrame:
     """Run the sweep; returns `runs` (one row per point). See the module docstring."""
     fixed = dict(fixed or {})
     nb = Path(notebook).resolve()
@@ -329,7 +387,7 @@ def run_sweep(notebook: str | Path, grid: dict[str, list], fixed: dict | None = 
         _reachable(address)
     varied = varied_names(grid)
     if "RESULTS" in declared and "RESULTS" not in fixed and "RESULTS" not in varied:
-        fixed["RESULTS"] = "recompute"            # each point computes what it reports
+        fixed["RESULTS"] = "recompute"  # each point computes what it reports
     every = [(point_name(p, varied), p) for p in points(grid, fixed)]
     if len({n for n, _ in every}) != len(every):
         raise ValueError("two points map to the same folder name: give values that differ as text")
@@ -339,11 +397,27 @@ def run_sweep(notebook: str | Path, grid: dict[str, list], fixed: dict | None = 
     done = set(old.loc[old.status == "done", "point"]) if old is not None else set()
     rel = str(nb.relative_to(REPO))
     jobs = [(folder, n, rel, p) for n, p in every if not (n in done and (folder / n).is_dir())]
-    rows = _dispatch(jobs, address, cpus_per_run, gpus_per_run, timed, code,
-                     f"sweep {name} ({len(every) - len(jobs)} done before)", progress)
-    runs = pd.DataFrame([dict(point=r["point"], **{k: r["params"][k] for k in varied},
-                              params=json.dumps(r["params"], sort_keys=True),
-                              **{k: v for k, v in r.items() if k not in ("folder", "point", "params")}) for r in rows])
+    rows = _dispatch(
+        jobs,
+        address,
+        cpus_per_run,
+        gpus_per_run,
+        timed,
+        code,
+        f"sweep {name} ({len(every) - len(jobs)} done before)",
+        progress,
+    )
+    runs = pd.DataFrame(
+        [
+            dict(
+                point=r["point"],
+                **{k: r["params"][k] for k in varied},
+                params=json.dumps(r["params"], sort_keys=True),
+                **{k: v for k, v in r.items() if k not in ("folder", "point", "params")},
+            )
+            for r in rows
+        ]
+    )
     if old is not None and len(old):
         runs = pd.concat([old[~old.point.isin(runs.point)] if len(runs) else old, runs], ignore_index=True)
     order = {n: i for i, (n, _) in enumerate(every)}
@@ -371,7 +445,8 @@ def combine(folder: str | Path, varied: list[str]) -> list[Path]:
             df = pd.read_parquet(p)
             cols = {("param." + k if k in df.columns else k): row[k] for k in varied}
             frames.setdefault(p.relative_to(res).with_suffix("").as_posix(), []).append(
-                df.assign(point=row.point, **cols))
+                df.assign(point=row.point, **cols)
+            )
     written = []
     shutil.rmtree(folder / "tables", ignore_errors=True)
     for table, parts in frames.items():
@@ -382,9 +457,15 @@ def combine(folder: str | Path, varied: list[str]) -> list[Path]:
     return written
 
 
-def publish(notebooks: list[str | Path], fixed: dict | None = None, address: str | None = None,
-            cpus_per_run: int | None = None, gpus_per_run: float = 0, code: str | None = None,
-            root: Path = REPO) -> pd.DataFrame:
+def publish(
+    notebooks: list[str | Path],
+    fixed: dict | None = None,
+    address: str | None = None,
+    cpus_per_run: int | None = None,
+    gpus_per_run: float = 0,
+    code: str | None = None,
+    root: Path = REPO,
+) -> pd.DataFrame:
     """`make figures` on a cluster: every notebook one timed point, all submitted at once (one per
     node at a time). Each one's results and figures are copied where a local run writes them (every
     parameter at its committed default, or PUBLISH: data/results/ and figures/; otherwise
@@ -408,7 +489,9 @@ def publish(notebooks: list[str | Path], fixed: dict | None = None, address: str
         src = row["folder"] / "run"
         defaults = {k: v for k, v in notebook_defaults(nb).items() if k not in CONTROL}
         at_defaults = fixed.get("PUBLISH") or all(defaults.get(k) == v for k, v in fixed.items() if k not in CONTROL)
-        results_dir = root / "data" / "results" if at_defaults else root / "build" / "unpublished" / stem / "sweep" / "results"
+        results_dir = (
+            root / "data" / "results" if at_defaults else root / "build" / "unpublished" / stem / "sweep" / "results"
+        )
         figures_dir = root / "figures" if at_defaults else results_dir.parent / "figures"
         for sub, dest in (("results", results_dir), ("figures", figures_dir)):
             for f in sorted((src / sub).rglob("*")) if (src / sub).is_dir() else []:
@@ -425,6 +508,7 @@ def publish(notebooks: list[str | Path], fixed: dict | None = None, address: str
 
 # ---------------------------------------------------------------- command line
 
+
 def _grid_arg(text: str) -> tuple[str, list]:
     """NAME=v1,v2,... or NAME+NAME2=a1+b1,a2+b2 (values varied together)."""
     name, eq, values = text.partition("=")
@@ -438,8 +522,9 @@ def _grid_arg(text: str) -> tuple[str, list]:
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m speclib sweep", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m speclib sweep", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("notebook", nargs="+", help="one notebook; several only with --publish")
     ap.add_argument("--grid", type=_grid_arg, action="append", default=[], metavar="NAME=v1,v2,...")
     ap.add_argument("-p", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"))
@@ -448,11 +533,18 @@ def main(argv=None):
     ap.add_argument("--cpus-per-run", type=int)
     ap.add_argument("--gpus-per-run", type=float, default=0)
     ap.add_argument("--untimed", action="store_true", help="points may share a node (nothing they report is a timing)")
-    ap.add_argument("--code", choices=["shared", "upload"], help="how workers get the repository (default: shared on "
-                    "this machine's own nodes, upload otherwise)")
+    ap.add_argument(
+        "--code",
+        choices=["shared", "upload"],
+        help="how workers get the repository (default: shared on this machine's own nodes, upload otherwise)",
+    )
     ap.add_argument("--resume", action="store_true", help="run only the points not done")
     ap.add_argument("--out", help="folder holding the sweeps (default data/sweeps)")
-    ap.add_argument("--publish", action="store_true", help="make figures: each notebook one point, results where a local run puts them")
+    ap.add_argument(
+        "--publish",
+        action="store_true",
+        help="make figures: each notebook one point, results where a local run puts them",
+    )
     a = ap.parse_args(argv)
     fixed = {k: _value(v) for k, v in a.p}
     grid = dict(a.grid)
@@ -466,8 +558,19 @@ def main(argv=None):
         else:
             if len(a.notebook) != 1:
                 ap.error("a sweep runs one notebook (several only with --publish)")
-            runs = run_sweep(a.notebook[0], grid, fixed, a.name, a.address, a.cpus_per_run, a.gpus_per_run,
-                             not a.untimed, a.code, a.resume, a.out)
+            runs = run_sweep(
+                a.notebook[0],
+                grid,
+                fixed,
+                a.name,
+                a.address,
+                a.cpus_per_run,
+                a.gpus_per_run,
+                not a.untimed,
+                a.code,
+                a.resume,
+                a.out,
+            )
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
