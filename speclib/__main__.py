@@ -26,6 +26,8 @@ def main(argv: list[str] | None = None) -> None:
         lines = "\n".join(f"  {name:<{width}}  {what}" for name, (_, what) in COMMANDS.items())
         print(f"usage: python -m speclib COMMAND [ARGS]\n\ncommands:\n{lines}", file=sys.stderr)
         raise SystemExit(0 if argv and argv[0] in ("-h", "--help") else 2)
+    # the command sees its own arguments in sys.argv too (model cards record the command that made them)
+    sys.argv = [f"python -m speclib {argv[0]}", *argv[1:]]
     result = importlib.import_module(COMMANDS[argv[0]][0]).main(argv[1:])
     raise SystemExit(result if isinstance(result, int) else 0)
 

@@ -7,6 +7,7 @@ notebooks read the same prompts on every machine (`python -m speclib data` rebui
 
 from __future__ import annotations
 
+import argparse
 import ast
 import gzip
 import json
@@ -189,6 +190,10 @@ def solve_math(question: str) -> int:
 
 
 def main(argv=None) -> None:
+    argparse.ArgumentParser(
+        prog="python -m speclib data",
+        description="freeze the held-out code prompts (stdlib continuations, HumanEval) to data/workloads/",
+    ).parse_args(argv)
     for name, p in build_workloads().items():
         print(name, p, sum(1 for _ in p.open()))
 

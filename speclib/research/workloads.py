@@ -16,6 +16,7 @@ The split is stdlib's split by file (speclib.research.data.stdlib_split), so no 
 
 from __future__ import annotations
 
+import argparse
 import ast
 import json
 import random
@@ -171,6 +172,10 @@ def build(n_heldout: int = 40) -> dict[str, Path]:
 
 
 def main(argv=None) -> None:
+    argparse.ArgumentParser(
+        prog="python -m speclib workloads",
+        description="freeze the held-out agentic workload examples to data/workloads/",
+    ).parse_args(argv)
     for name, p in build().items():
         print(name, p, sum(1 for _ in p.open()))
 

@@ -5,6 +5,7 @@ python -m speclib report          # rewrites the block between the results-table
 
 from __future__ import annotations
 
+import argparse
 import math
 import re
 
@@ -729,6 +730,10 @@ def update_readme() -> None:
 
 
 def main(argv=None) -> None:
+    argparse.ArgumentParser(
+        prog="python -m speclib report",
+        description="recompute the README's result blocks from data/results/ and print the results table",
+    ).parse_args(argv)
     update_readme()
     if PAIRS_TABLES.is_dir():
         draw_pairs_sweep()

@@ -17,9 +17,9 @@ tokenizer built offline; loads them with `speclib.load`; and checks:
 
 from __future__ import annotations
 
+import argparse
 import copy
 import random
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -582,9 +582,21 @@ def main(argv=None) -> None:
 
     from speclib.workbook import results
 
+    ap = argparse.ArgumentParser(
+        prog="python -m speclib support", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument(
+        "families",
+        nargs="*",
+        metavar="FAMILY",
+        help="check only these (default: every family, and rewrite data/results/support_matrix.parquet)",
+    )
+    families = ap.parse_args(argv).families
+    if unknown := sorted(set(families) - set(FAMILIES)):
+        ap.error(f"unknown families {unknown}; known: {', '.join(FAMILIES)}")
     hf_logging.set_verbosity_error()
-    df = matrix(families=(argv or sys.argv[1:]) or None)
-    if not (argv or sys.argv[1:]):
+    df = matrix(families=families or None)
+    if not families:
         print("wrote", results.save(df, "support_matrix"))
     with pd.option_context("display.max_colwidth", 60, "display.width", 250):
         short = df.drop(columns=["note"]).assign(trees=df["trees"].str.slice(0, 48))  # reasons in full in the file
