@@ -8,6 +8,7 @@ from speclib.drafters.hybrid import Costs, HybridDrafter, PayoffPredictor
 from speclib.drafters.layers import ExitAdapter, LayerSkipDrafter
 from speclib.drafters.lookahead import Lookahead
 from speclib.drafters.model import ModelDrafter, SelfDrafter
+from speclib.drafters.overlap import OverlapDrafter
 from speclib.drafters.recycling import TokenRecycling
 from speclib.drafters.rest import Datastore, RestDrafter
 from speclib.drafters.tree import TreeDrafter
@@ -21,6 +22,7 @@ __all__ = [
     "LayerSkipDrafter",
     "Lookahead",
     "ModelDrafter",
+    "OverlapDrafter",
     "PayoffPredictor",
     "PromptLookupDrafter",
     "RestDrafter",
