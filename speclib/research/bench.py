@@ -310,7 +310,8 @@ def chain_methods(
 def main(argv=None):
     from tqdm.auto import tqdm
 
-    from speclib.core.device import set_threads
+    from speclib.core.device import cpu_count, set_threads, threads
+    from speclib.drafters.overlap import OverlapDrafter
     from speclib.lms.loading import load
     from speclib.research import data
 
@@ -345,7 +346,21 @@ def main(argv=None):
     table = speedup_table(paired_runs(pilot, methods, progress=tqdm))
     best = table[table.method.str.startswith("SD")].sort_values("speedup").method.iloc[-1]
     print(f"pilot ({len(pilot)} prompts): best {best}, {table.set_index('method').speedup[best]:.2f}x")
-    table = speedup_table(paired_runs(report, methods, rounds=a.rounds, progress=tqdm))
+    # the overlapped row: the draft at the pilot's K in a process of its own, the target at one thread
+    k_best, overlap = int(best.split("=")[1]), None
+    if cpu_count() >= 2 and a.draft_backend == "torch":
+        overlap = OverlapDrafter(draft, k=k_best, wait_for=k_best)
+
+        def overlapped(ids, i):
+            with threads(1):
+                return generate(target, ids, a.max_new_tokens, drafter=overlap, sampling=greedy)
+
+        methods[f"overlap K={k_best}"] = overlapped
+    try:
+        table = speedup_table(paired_runs(report, methods, rounds=a.rounds, progress=tqdm))
+    finally:
+        if overlap is not None:
+            overlap.close()
     with pd.option_context("display.width", 200, "display.max_columns", 20):
         print(
             table[
