@@ -25,7 +25,10 @@ because the draft lengths depend on timing.
 from __future__ import annotations
 
 import contextlib
+import signal
 import sys
+import threading
+import time
 import weakref
 
 import numpy as np
@@ -36,22 +39,43 @@ from speclib.core.device import cpu_count
 from speclib.core.protocols import LM
 from speclib.core.sampling import Sampling, probs, sample
 from speclib.core.tree import Tree
+from speclib.lms.head import HeadLM
 
 RESTART_EVERY = 256  # confirmed pending nodes before the draft process commits them (bounded pending state)
 
 
-def _serve(lm: LM, conn, ahead: int, threads: int) -> None:
-    """The draft process: apply the decoding process's messages, and between them draft one token at a
-    time along the hypothesis, posting (hypothesis id, position, token, q or None)."""
+def _serve_process(lm: LM, conn, ahead: int, threads: int) -> None:
+    """The draft process: its own torch threads; Ctrl-C reaches the decoding process, which stops this one
+    (close, or end of file on the pipe when it exits)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     torch.set_num_threads(threads)
+    _serve(lm, conn, ahead)
+
+
+def _serve_thread(lm: LM, conn, ahead: int) -> None:
+    """The draft thread: closing its end of the pipe when it ends (a crash included) wakes the decoder."""
+    try:
+        _serve(lm, conn, ahead)
+    finally:
+        conn.close()
+
+
+def _serve(lm: LM, conn, ahead: int) -> None:
+    """Apply the decoder's messages, and between them draft one token at a time along the hypothesis,
+    posting (hypothesis id, position, token, q or None, the draft LM's calls since the last post as (start,
+    end) in perf_counter seconds, a clock all processes of the machine share)."""
     pending: list[int] = []  # the draft LM's pending chain (after its committed prefix)
     confirmed = 0  # pending[:confirmed] is context; pending[confirmed:] is the hypothesis
     context_len, hyp_id, logits = 0, 0, None  # logits: the draft's scores after the last token it holds
     sampling, gen = Sampling(0.0), torch.Generator()
 
+    busy: list[tuple[float, float]] = []  # draft LM calls since the last post: (start, end) perf_counter
+
     def extend(tokens: list[int]) -> torch.Tensor:
+        t0 = time.perf_counter()
         out = lm.extend(tokens, [len(pending) - 1 + i for i in range(len(tokens))])
         pending.extend(tokens)
+        busy.append((t0, time.perf_counter()))
         return out[-1]
 
     def commit(n: int) -> None:  # the first n pending nodes join the committed prefix, the rest are dropped
@@ -64,13 +88,18 @@ def _serve(lm: LM, conn, ahead: int, threads: int) -> None:
         while True:
             hyp_len = len(pending) - confirmed
             if logits is None or hyp_len >= ahead or conn.poll():
-                msg = conn.recv()  # blocks only when there is nothing to draft
+                try:
+                    msg = conn.recv()  # blocks only when there is nothing to draft
+                except EOFError:  # the decoder is gone
+                    return
                 if msg[0] == "close":
                     return
                 if msg[0] == "reset":
                     _, prompt, sampling, seed = msg
                     gen.manual_seed(seed)
+                    t0 = time.perf_counter()
                     logits = lm.reset(prompt)
+                    busy[:] = [(t0, time.perf_counter())]
                     pending.clear()
                     confirmed, context_len, hyp_id = 0, len(prompt), 0
                     continue
@@ -93,7 +122,10 @@ def _serve(lm: LM, conn, ahead: int, threads: int) -> None:
                 continue
             q = probs(logits, sampling)
             x = int(q.argmax()) if sampling.greedy else sample(q, gen)
-            conn.send((hyp_id, context_len + hyp_len, x, None if sampling.greedy else q.numpy().astype(np.float32)))
+            conn.send(
+                (hyp_id, context_len + hyp_len, x, None if sampling.greedy else q.numpy().astype(np.float32), busy)
+            )
+            busy = []
             logits = extend([x])
 
 
@@ -103,8 +135,15 @@ class OverlapDrafter:
     lm: the draft LM (sent to the process once; torch shares its weights). k: most tokens per verify
     pass; wait_for: tokens to wait for before a pass (0: verify at once with whatever is ready, down to
     a plain step); ahead: how far past the context the draft runs (default 2 k). threads: torch threads
-    of the draft process (the decoding process keeps its own). Needs 2 usable CPUs; close() (or a
-    `with` block) stops the process, as does the object's garbage collection."""
+    of the draft process (the decoding process keeps its own). backend: "process" (default) or "thread"
+    (a thread of this process: torch releases the GIL inside its kernels, but the draft's Python code
+    and the decoder's take turns; measured slower, docs/overlap.md). Needs 2 usable CPUs; close() (or
+    a `with` block) stops the process, as does the object's garbage collection. `timeline()` gives the
+    last request's busy intervals on both sides.
+
+    A feature head (`HeadLM`) cannot overlap: it reads the target's features of every verified token,
+    which exist only after the verify pass it would run beside; use `FeatureDrafter`. Cache drafters
+    (prompt lookup, suffix, REST) draft in microseconds and gain nothing from a second core."""
 
     def __init__(
         self,
@@ -114,7 +153,15 @@ class OverlapDrafter:
         ahead: int | None = None,
         sampling: Sampling | None = None,
         threads: int = 1,
+        backend: str = "process",
     ):
+        if isinstance(lm, HeadLM):
+            raise ValueError(
+                "a feature head drafts from the target's features of the tokens verified so far, so it cannot "
+                "draft while the target verifies them: use FeatureDrafter (sequential)"
+            )
+        if backend not in ("process", "thread"):
+            raise ValueError(f'backend must be "process" or "thread", got {backend!r}')
         for name, val, low in (("k", k, 1), ("wait_for", wait_for, 0), ("threads", threads, 1)):
             if isinstance(val, bool) or not isinstance(val, int) or val < low:
                 raise ValueError(f"{name} must be an int >= {low}, got {val!r}")
@@ -128,7 +175,14 @@ class OverlapDrafter:
                 f"OverlapDrafter needs 2 usable CPUs (the draft and the target each on one), found {cpu_count()}: "
                 "use ModelDrafter, which drafts and verifies in turn"
             )
-        self.lm, self.k, self.wait_for, self.ahead, self.threads = lm, k, wait_for, ahead, threads
+        self.lm, self.k, self.wait_for, self.ahead, self.threads, self.backend = (
+            lm,
+            k,
+            wait_for,
+            ahead,
+            threads,
+            backend,
+        )
         self.sampling_override = sampling
         self._proc = None
         self.tree: Tree | None = None
@@ -145,12 +199,19 @@ class OverlapDrafter:
             raise ValueError("draft and target tokenizers differ: a draft must share the target's tokenizer")
 
     def _start(self) -> None:
-        ctx = mp.get_context("spawn")  # fork after torch has started its threads can deadlock
-        self._conn, child = ctx.Pipe()
-        self._proc = ctx.Process(target=_serve, args=(self.lm, child, self.ahead, self.threads), daemon=True)
-        with _main_module_hidden():
+        if self.backend == "thread":
+            self._conn, child = mp.Pipe()
+            self._proc = threading.Thread(target=_serve_thread, args=(self.lm, child, self.ahead), daemon=True)
             self._proc.start()
-        child.close()
+        else:
+            ctx = mp.get_context("spawn")  # fork after torch has started its threads can deadlock
+            self._conn, child = ctx.Pipe()
+            self._proc = ctx.Process(
+                target=_serve_process, args=(self.lm, child, self.ahead, self.threads), daemon=True
+            )
+            with _main_module_hidden():
+                self._proc.start()
+            child.close()
         self._finalizer = weakref.finalize(self, _stop, self._proc, self._conn)
 
     def close(self) -> None:
@@ -166,7 +227,7 @@ class OverlapDrafter:
 
     def _send(self, msg) -> None:
         if self._proc is None or not self._proc.is_alive():
-            raise RuntimeError("the draft process is not running (it crashed, or the drafter was closed)")
+            raise RuntimeError(f"the draft {self.backend} is not running (it crashed, or the drafter was closed)")
         self._conn.send(msg)
 
     def reset(self, prompt: list[int], sampling: Sampling, gen: torch.Generator) -> None:
@@ -176,15 +237,21 @@ class OverlapDrafter:
         seed = int(torch.randint(0, 2**62, (), generator=gen))  # the run's seed decides the draft's randomness
         self._send(("reset", list(prompt), self.sampling, seed))
         self.context_len, self.hyp_id = len(prompt), 0
+        # timeline of this request, perf_counter seconds: the draft LM's calls, and the decoder's waits
+        # for draft tokens (draft() calls); between a wait's end and the next wait's start it verifies
+        self._t_reset = time.perf_counter()
+        self._draft_busy: list[tuple[float, float]] = []
+        self._waits: list[tuple[float, float]] = []
         self.posted: list[tuple[int, np.ndarray | None]] = []  # hypothesis tokens from position context_len on
 
     def _receive(self, block: bool) -> None:
         """Take the draft process's posts; keep those of the current hypothesis, in order."""
         while block or self._conn.poll():
             try:
-                hyp_id, pos, token, q = self._conn.recv()
+                hyp_id, pos, token, q, busy = self._conn.recv()
             except EOFError:
-                raise RuntimeError("the draft process stopped") from None
+                raise RuntimeError(f"the draft {self.backend} stopped") from None
+            self._draft_busy += busy
             if hyp_id == self.hyp_id and pos == self.context_len + len(self.posted):
                 self.posted.append((token, q))
                 block = False
@@ -194,6 +261,7 @@ class OverlapDrafter:
                 continue  # an abandoned hypothesis (still in the pipe when it was dropped)
 
     def draft(self, context: list[int]) -> Tree:
+        t0 = time.perf_counter()
         new = context[self.context_len :]
         self._receive(block=False)
         known = [t for t, _ in self.posted]
@@ -210,7 +278,17 @@ class OverlapDrafter:
         tokens = [t for t, _ in chain]
         q = None if self.sampling.greedy or not chain else torch.from_numpy(np.stack([q for _, q in chain]))
         self.tree = Tree.chain(tokens, q)
+        self._waits.append((t0, time.perf_counter()))
         return self.tree
+
+    def timeline(self) -> dict[str, list[tuple[float, float]]]:
+        """The last request so far, in seconds from reset(): "draft" (the draft LM's calls
+        whose tokens reached this side, abandoned hypotheses included) and "wait" (the decoder in draft(),
+        waiting for tokens); the decoder verifies between one wait's end and the next's start."""
+        t = self._t_reset
+        return {
+            name: [(a - t, b - t) for a, b in ivs] for name, ivs in (("draft", self._draft_busy), ("wait", self._waits))
+        }
 
     def observe(self, accepted: list[int]) -> None:
         """Nothing to do here: the next draft() tells the draft process the context, next token included."""
@@ -238,7 +316,7 @@ def _stop(proc, conn) -> None:
     except (OSError, ValueError):
         pass
     proc.join(timeout=5)
-    if proc.is_alive():
+    if proc.is_alive() and hasattr(proc, "terminate"):  # a thread cannot be killed; it ends on "close"
         proc.terminate()
         proc.join(timeout=5)
     conn.close()
