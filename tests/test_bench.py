@@ -164,3 +164,28 @@ def test_acceptance_needed_inverts_the_predicted_speedup():
         assert acceptance_needed(predicted_speedup(a, k, c, v), k, c, v) == pytest.approx(a, abs=1e-9)
     assert math.isnan(acceptance_needed(1.01 * 3 / (2 * 0.1 + 1.2), 2, 0.1, 1.2))
     assert acceptance_needed(0.5, 3, 0.1, 1.0) == 0.0
+
+
+def test_overlap_model_closed_form_and_simulation_agree():
+    """The event simulation of overlapped drafting against its closed form (wait_for = k, ahead <= 2k) on
+    random (alpha, k, c, v), within Monte-Carlo error; and its limits: alpha = 0 is sequential SD (every
+    hypothesis dies), a free draft never keeps the target waiting, and no draft token is ever verified
+    before it exists."""
+    from speclib.core.analytic import expected_tokens, overlap_step_time, simulate_overlap
+
+    rng = np.random.default_rng(1)
+    for _ in range(6):
+        k, c, a = int(rng.integers(1, 7)), rng.uniform(0.03, 0.4), rng.uniform(0.3, 0.95)
+        v = [1.0] + list(1 + np.cumsum(rng.uniform(0, 0.2, 8)))
+        ahead = int(rng.integers(k, 2 * k + 1))
+        sim = simulate_overlap(a, k, c, v, wait_for=k, ahead=ahead, steps=40000, seed=2)
+        closed = expected_tokens(a, k) / overlap_step_time(a, k, c, v[k], ahead)
+        assert sim["speedup"] == pytest.approx(closed, rel=0.02)
+    v = [1.0, 1.3, 1.5, 1.6, 1.7]
+    assert overlap_step_time(0.0, 3, 0.2, 1.6) == pytest.approx(3 * 0.2 + 1.6)
+    assert simulate_overlap(0.0, 3, 0.2, v, wait_for=3)["speedup"] == pytest.approx(1 / (0.6 + 1.6))
+    free = simulate_overlap(0.8, 4, 0.0, v, wait_for=4)
+    assert free["idle"] == 0 and free["speedup"] == pytest.approx(expected_tokens(0.8, 4) / 1.7, rel=0.02)
+    assert simulate_overlap(0.9, 4, 0.5, v, wait_for=0)["drafts_per_step"] < 4  # verifies what is ready, no more
+    with pytest.raises(ValueError, match="ahead <= 2k"):
+        overlap_step_time(0.5, 2, 0.1, 1.3, ahead=5)

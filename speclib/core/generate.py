@@ -87,9 +87,10 @@ def _check(target: LM, prompt_ids, max_new_tokens, drafter, acceptor, sampling) 
     return prompt
 
 
-class _Run:
+class Run:
     """One request's decoding state: the loop body of `generate`, split so that a batch of requests
-    can share the verify pass (`generate_batch`)."""
+    can share the verify pass (`generate_batch`, and the server's continuous batching in
+    `speclib.serving.engine`). `emitted()` is the output so far, cut at max_new_tokens and EOS."""
 
     def __init__(self, target: LM, prompt_ids, max_new_tokens, drafter, acceptor, sampling, seed, eos_token_id):
         self.prompt = _check(target, prompt_ids, max_new_tokens, drafter, acceptor, sampling)
@@ -147,8 +148,11 @@ class _Run:
             )
         )
 
+    def emitted(self) -> list[int]:
+        return _truncate(self.out, self.max_new_tokens, self.eos)
+
     def result(self) -> Generation:
-        out = _truncate(self.out, self.max_new_tokens, self.eos)
+        out = self.emitted()
         seconds = clock(self.target.device) - self.t_start
         drafted = sum(s["drafted"] for s in self.steps)
         accepted = sum(s["accepted"] for s in self.steps)
@@ -185,7 +189,7 @@ def generate(
     Stops exactly at max_new_tokens, and at EOS even inside an accepted block (pass
     eos_token_id=None to ignore EOS). All randomness comes from one torch.Generator seeded by `seed`.
     """
-    run = _Run(target, prompt_ids, max_new_tokens, drafter, acceptor, sampling, seed, eos_token_id)
+    run = Run(target, prompt_ids, max_new_tokens, drafter, acceptor, sampling, seed, eos_token_id)
     while not run.done:
         tokens, parents = run.draft()
         t0 = clock(target.device)
@@ -226,7 +230,7 @@ def generate_batch(
         raise ValueError("each request needs its own drafter (its draft model keeps per-request state)")
     t_start = clock(targets[0].device)
     runs = [
-        _Run(t, p, max_new_tokens, d, acceptor, sampling, seed + r, eos_token_id)
+        Run(t, p, max_new_tokens, d, acceptor, sampling, seed + r, eos_token_id)
         for r, (t, p, d) in enumerate(zip(targets, prompts, drafters))
     ]
     while live := [r for r in runs if not r.done]:
