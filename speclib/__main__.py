@@ -16,6 +16,7 @@ COMMANDS = {  # command -> (module with main(argv), what it does)
     "data": ("speclib.research.data", "build the code workloads from the Python standard library"),
     "workloads": ("speclib.research.workloads", "build the agentic workloads"),
     "support": ("speclib.workbook.support", "check that each supported model family loads and verifies"),
+    "serve": ("speclib.serving.server", "an OpenAI-compatible server with continuous batching and speculation"),
 }
 
 

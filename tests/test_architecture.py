@@ -7,7 +7,7 @@ from pathlib import Path
 
 from speclib.core.device import REPO
 
-LAYERS = {"core": 0, "kernels": 1, "lms": 2, "drafters": 3, "acceptors": 3, "research": 4, "workbook": 5}
+LAYERS = {"core": 0, "kernels": 1, "lms": 2, "drafters": 3, "acceptors": 3, "research": 4, "serving": 4, "workbook": 5}
 TOP = 6  # speclib/__init__.py and __main__.py: the public API, the CLI
 
 

@@ -1,0 +1,189 @@
+"""The serving engine and the OpenAI-compatible server: every request's output equals offline `generate`
+of its prompt whatever else is in the batch (fixed and load-adaptive budgets, greedy and seeded
+temperature 1), cancelled requests free their slot, bad requests are refused before anything runs, and
+the HTTP layer speaks the OpenAI API to the real `openai` client (streaming and not, concurrent streams,
+HTTP 400 for bad input, a client that disconnects mid-stream)."""
+
+import json
+import threading
+import time
+
+import httpx
+import pytest
+
+import speclib
+from speclib import PromptLookupDrafter, Sampling, SelfDrafter, generate
+from speclib.serving.engine import AdaptiveBudget, Engine, FixedBudget
+from speclib.serving.server import build_app
+
+openai = pytest.importorskip("openai")
+uvicorn = pytest.importorskip("uvicorn")
+
+GREEDY = Sampling(0.0)
+TEXTS = [
+    "def add(a, b):\n    return",
+    "import os\nimport sys\n\ndef main(",
+    "class Stack:\n    def __init__(self):\n        self.items = []\n    def push(self, x):\n        self.items.append(x)\n    def",
+    "for i in range(10):\n",
+    "x = [1, 2, 3]\ny = [1, 2, 3]\nz =",
+]
+LENGTHS = [20, 12, 24, 16, 8]
+
+
+@pytest.fixture(scope="module")
+def target():
+    return speclib.load("hybrid-target")
+
+
+def offline(target, ids, n, drafter=None, sampling=GREEDY, seed=0):
+    return generate(target.view(), ids, n, drafter=drafter, sampling=sampling, seed=seed).tokens
+
+
+def switching_budget(k):
+    """Costs under which drafting pays alone and not in a batch: the engine switches between both."""
+    verify = {
+        (b, n): 0.01 * b * (1 + 0.05 * n) if b == 1 else 0.01 * b * (1 + 2.0 * n) for b in (1, 2) for n in range(k + 1)
+    }
+    return AdaptiveBudget(verify, draft_token_s=0.0001, max_nodes=k, alpha0=0.8)
+
+
+@pytest.mark.parametrize("budget", ["own", "fixed", "adaptive"])
+def test_engine_output_equals_offline_generate(target, budget):
+    prompts = [target.encode(t) for t in TEXTS]
+    ref = [offline(target, p, n, SelfDrafter(target, 3)) for p, n in zip(prompts, LENGTHS)]
+    pol = {"own": None, "fixed": FixedBudget(2), "adaptive": switching_budget(3)}[budget]
+    engine = Engine(target, [SelfDrafter(target, 3) for _ in range(2)], max_batch=2, budget=pol)
+    with engine:
+        reqs = [engine.submit(p, n) for p, n in zip(prompts, LENGTHS)]  # 5 requests, 2 slots: they queue
+        assert [r.result(120) for r in reqs] == ref
+    assert {s["batch"] for s in engine.log} == {1, 2}  # requests joined and left the running batch
+    if budget == "adaptive":
+        assert {s["nodes"] for s in engine.log} >= {0, 3}  # no drafting at batch 2, drafting alone
+
+
+def test_engine_seeded_sampling_equals_offline(target):
+    """At temperature 1 each request draws from its own generator: the same tokens as generate(seed)."""
+    prompts = [target.encode(t) for t in TEXTS[:3]]
+    t1 = Sampling(1.0)
+    ref = [offline(target, p, 20, PromptLookupDrafter(k=3), t1, seed=s) for s, p in enumerate(prompts)]
+    with Engine(target, [PromptLookupDrafter(k=3) for _ in range(3)], max_batch=3) as engine:
+        reqs = [engine.submit(p, 20, t1, seed=s) for s, p in enumerate(prompts)]
+        assert [r.result(120) for r in reqs] == ref
+
+
+def test_engine_cancel_and_bad_requests(target):
+    ids = target.encode(TEXTS[0])
+    with Engine(target, None, max_batch=1) as engine:
+        long = engine.submit(ids, 200)
+        time.sleep(0.3)
+        engine.cancel(long)
+        short = engine.submit(ids, 5)  # gets the freed slot
+        assert short.result(60) == offline(target, ids, 5)
+        with pytest.raises(RuntimeError, match="cancelled"):
+            long.result(60)
+        for args, match in [
+            (([], 5), "empty"),
+            ((ids, 0), "max_tokens"),
+            ((ids, target.max_length), "context"),
+            (([target.vocab_size], 5), "token ids"),
+        ]:
+            with pytest.raises(ValueError, match=match):
+                engine.submit(*args)
+        assert engine.active == 0 and not engine.waiting
+
+
+@pytest.fixture(scope="module")
+def server(target):
+    engine = Engine(target, [SelfDrafter(target, 3) for _ in range(3)], max_batch=3).start()
+    config = uvicorn.Config(build_app(engine, "hybrid-target"), host="127.0.0.1", port=0, log_level="warning")
+    srv = uvicorn.Server(config)
+    thread = threading.Thread(target=srv.run, daemon=True)
+    thread.start()
+    while not srv.started:
+        time.sleep(0.05)
+    port = srv.servers[0].sockets[0].getsockname()[1]
+    yield f"http://127.0.0.1:{port}", engine
+    srv.should_exit = True
+    thread.join(10)
+    engine.stop()
+
+
+def test_openai_client_completions_and_chat(server, target):
+    url, _ = server
+    client = openai.OpenAI(base_url=f"{url}/v1", api_key="none")
+    ids = target.encode(TEXTS[2])
+    want = target.decode(offline(target, ids, 30, SelfDrafter(target, 3)))
+    r = client.completions.create(model="hybrid-target", prompt=TEXTS[2], max_tokens=30, temperature=0)
+    assert r.choices[0].text == want and r.usage.completion_tokens == 30 and r.choices[0].finish_reason == "length"
+    chunks = client.completions.create(
+        model="hybrid-target",
+        prompt=TEXTS[2],
+        max_tokens=30,
+        temperature=0,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    parts, usage = [], None
+    for c in chunks:
+        parts += [ch.text for ch in c.choices]
+        usage = c.usage or usage
+    assert "".join(parts) == want and usage.completion_tokens == 30
+    chat = client.chat.completions.create(
+        model="hybrid-target", messages=[{"role": "user", "content": "def f():"}], max_tokens=8, temperature=0
+    )
+    chat_ids = target.encode("user: def f():\nassistant:")
+    assert chat.choices[0].message.content == target.decode(offline(target, chat_ids, 8, SelfDrafter(target, 3)))
+    assert [m.id for m in client.models.list().data] == ["hybrid-target"]
+
+
+def test_concurrent_streams_token_for_token(server, target):
+    url, engine = server
+    client = openai.OpenAI(base_url=f"{url}/v1", api_key="none")
+    want = [target.decode(offline(target, target.encode(t), n, SelfDrafter(target, 3))) for t, n in zip(TEXTS, LENGTHS)]
+    got = [None] * len(TEXTS)
+
+    def stream(i):
+        s = client.completions.create(
+            model="hybrid-target", prompt=TEXTS[i], max_tokens=LENGTHS[i], temperature=0, stream=True
+        )
+        got[i] = "".join(ch.text for c in s for ch in c.choices)
+
+    steps_before = len(engine.log)
+    threads = [threading.Thread(target=stream, args=(i,)) for i in range(len(TEXTS))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert got == want
+    assert max(s["batch"] for s in engine.log[steps_before:]) > 1  # they really shared verify passes
+
+
+def test_bad_requests_answer_400(server, target):
+    url, _ = server
+    ok = {"model": "hybrid-target", "prompt": "def", "max_tokens": 4}
+    cases = [
+        (b"{not json", "malformed JSON"),
+        (json.dumps(ok | {"model": "gpt-9"}).encode(), "unknown model"),
+        (json.dumps(ok | {"max_tokens": 0}).encode(), "max_tokens"),
+        (json.dumps(ok | {"prompt": "x " * target.max_length}).encode(), "context"),
+        (json.dumps({"model": "hybrid-target", "max_tokens": 4}).encode(), "prompt"),
+    ]
+    for body, match in cases:
+        r = httpx.post(f"{url}/v1/completions", content=body, headers={"content-type": "application/json"})
+        assert r.status_code == 400 and match in r.json()["error"]["message"], (match, r.text)
+    r = httpx.post(f"{url}/v1/chat/completions", json={"model": "hybrid-target", "messages": [], "max_tokens": 4})
+    assert r.status_code == 400 and "messages" in r.json()["error"]["message"]
+
+
+def test_a_client_that_disconnects_frees_its_slot(server, target):
+    url, engine = server
+    body = {"model": "hybrid-target", "prompt": TEXTS[0], "max_tokens": 400, "temperature": 0, "stream": True}
+    with httpx.stream("POST", f"{url}/v1/completions", json=body) as r:
+        next(r.iter_lines())  # the first chunk, then hang up
+    for _ in range(100):
+        if engine.active == 0:
+            break
+        time.sleep(0.1)
+    assert engine.active == 0
+    r = httpx.post(f"{url}/v1/completions", json=body | {"stream": False, "max_tokens": 5}, timeout=60)
+    assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 5
