@@ -134,13 +134,13 @@ def calibrate(target: LM, batches=(1, 2, 4, 8), max_nodes: int = 8, prefix: int 
 
 
 def set_budget(drafter, n: int) -> None:
-    """Cap a drafter at n nodes for the next draft (a chain's length, a budgeted tree's node count)."""
+    """Cap a drafter at n >= 1 nodes for the next draft (a chain's length, a budgeted tree's node count)."""
     if isinstance(drafter, (ModelDrafter, PromptLookupDrafter)):
         drafter.k = n
     elif isinstance(drafter, TreeDrafter) and drafter.mode != "fixed":
         drafter.budget, drafter.depth = n, min(drafter.depth, n)
-    else:
-        raise TypeError(f"cannot set a budget on {type(drafter).__name__}: use a FixedBudget at its own size")
+    # any other drafter (a fixed tree shape, a hybrid of caches and a model) keeps its own size: a budget
+    # can only switch it off (n = 0)
 
 
 class Engine:

@@ -13,7 +13,6 @@ JSON, unknown model, a prompt over the context, max_tokens < 1) answer HTTP 400 
 client that disconnects mid-stream frees its slot at the next step.
 """
 
-
 import argparse
 import asyncio
 import json
