@@ -49,6 +49,7 @@ NOTEBOOKS = [
     "05_backend_latency",
     "06_self_speculation",
     "07_spec_bench",
+    "08_serving",
 ]
 PAGE_TIMEOUT_MS = 60_000
 LAB_RUN_TIMEOUT_S = 600

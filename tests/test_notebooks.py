@@ -92,8 +92,17 @@ def test_01_baseline_smoke(smoke_run, monkeypatch):
         "assisted",
         "head_runs",
         "head_chi2",
+        "overlap",
     }
     assert all(s["params"]["SMOKE"] is True and s["seconds"] > 0 for s in steps)
+    # section 8: both cores; every greedy output equals AR's, each speedup over the faster AR, the model's
+    # gains and busy fractions in range
+    over = pd.read_parquet(res / "overlap_speedup.parquet")
+    assert {"SD, 1 thread", "SD, 2 threads", "overlap, process", "overlap, thread"} <= set(over.method)
+    assert (over.identical == over.runs).all() and ci_contains(over.speedup, over.lo, over.hi)
+    model = pd.read_parquet(res / "overlap_model.parquet").set_index("quantity").value
+    assert model.filter(like="core busy").between(0, 1).all() and model.filter(like="gain predicted").between(0.5, 2).all()
+    assert (out / "figures" / "01_baseline_overlap.png").stat().st_size > 10_000
 
 
 @needs_shipped
@@ -398,3 +407,19 @@ def test_07_spec_bench_smoke(smoke_run):
         set(ch.source) <= {"prompt_lookup", "suffix", "recycling", "rest", "plain step"}
         and (ch.accepted <= ch.drafted).all()
     )
+
+
+def test_08_serving_smoke(smoke_run):
+    """The server started and stopped by the notebook; every answer under load equal to plain decoding's."""
+    out = smoke_run("08_serving")
+    res = out / "results" / "08_serving"
+    req = pd.read_parquet(res / "requests.parquet")
+    assert req.error.isna().all() and set(req.method) == {"AR", "chain adaptive"}
+    ar = req[req.method == "AR"].set_index(["rate", "session", "turn"]).text
+    assert all(ar[(r.rate, r.session, r.turn)] == r.text for r in req.itertuples())
+    assert (req.ttft > 0).all() and (req.tokens == 8).all()
+    summary = pd.read_parquet(res / "summary.parquet")
+    assert (summary.tpot_vs_ar[summary.method == "AR"] == 1).all() and (summary.mean_batch >= 1).all()
+    steps = pd.read_parquet(res / "steps.parquet")
+    assert set(steps.nodes.dropna()) <= set(range(5)) and (steps.batch <= 4).all()
+    assert (out / "figures" / "08_serving_load.png").stat().st_size > 10_000

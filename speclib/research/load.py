@@ -10,12 +10,13 @@ the model's own answers) plus the next task. Every request streams, and is timed
 Loopback only, and bounded: at most `sessions` sessions, none started after `duration_s`, each request
 cut after `timeout_s`.
 
-    rows = asyncio.run(run_load("http://127.0.0.1:8000/v1", "hybrid-target", agent_sessions(), rate=0.5))
+    rows = run_load_blocking("http://127.0.0.1:8000/v1", "hybrid-target", agent_sessions(), rate=0.5)
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import json
 import random
@@ -135,6 +136,13 @@ async def run_load(
     await asyncio.gather(*tasks)
     await client.close()
     return rows
+
+
+def run_load_blocking(*args, **kw) -> list[dict]:
+    """`run_load` from synchronous code, a Jupyter cell included (whose thread already runs an event loop):
+    in a thread of its own."""
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, run_load(*args, **kw)).result()
 
 
 @contextlib.contextmanager

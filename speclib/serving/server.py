@@ -23,19 +23,27 @@ import uuid
 from speclib.core.sampling import Sampling
 from speclib.serving.engine import AdaptiveBudget, Engine, FixedBudget, calibrate
 
-DRAFTERS = ("none", "model", "tree", "self", "lookup")
+DRAFTERS = ("none", "model", "tree", "self", "lookup", "hybrid")
 
 
 def make_drafters(kind: str, target, draft_name: str | None, k: int, slots: int, device="cpu") -> list | None:
     """One drafter per slot: `model` (a chain from --draft, one draft state per slot), `tree` (an EAGLE-2
     style tree of k nodes from --draft), `self` (the hybrid target's linear-attention layers), `lookup`
-    (prompt lookup), `none` (plain decoding)."""
-    from speclib.drafters import ModelDrafter, PromptLookupDrafter, SelfDrafter, TreeDrafter
+    (prompt lookup), `hybrid` (prompt lookup and a suffix tree as caches, the --draft chain otherwise, by
+    ArcticInference's rule: a cache draft when its score reaches k), `none` (plain decoding)."""
+    from speclib.drafters import (
+        HybridDrafter,
+        ModelDrafter,
+        PromptLookupDrafter,
+        SelfDrafter,
+        SuffixDrafter,
+        TreeDrafter,
+    )
     from speclib.lms.loading import load
 
     if kind == "none":
         return None
-    if kind in ("model", "tree") and not draft_name:
+    if kind in ("model", "tree", "hybrid") and not draft_name:
         raise ValueError(f"--drafter {kind} needs --draft NAME (a draft LM with the target's tokenizer)")
     out = []
     for _ in range(slots):
@@ -47,6 +55,9 @@ def make_drafters(kind: str, target, draft_name: str | None, k: int, slots: int,
             out.append(SelfDrafter(target, k))
         elif kind == "lookup":
             out.append(PromptLookupDrafter(k=k))
+        elif kind == "hybrid":
+            caches = [PromptLookupDrafter(k=2 * k), SuffixDrafter(max_spec=2 * k)]
+            out.append(HybridDrafter(caches, ModelDrafter(load(draft_name, device=device), k), policy="arctic"))
         else:
             raise ValueError(f"unknown drafter {kind!r}: one of {', '.join(DRAFTERS)}")
     return out
