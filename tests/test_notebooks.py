@@ -101,7 +101,9 @@ def test_01_baseline_smoke(smoke_run, monkeypatch):
     assert {"SD, 1 thread", "SD, 2 threads", "overlap, process", "overlap, thread"} <= set(over.method)
     assert (over.identical == over.runs).all() and ci_contains(over.speedup, over.lo, over.hi)
     model = pd.read_parquet(res / "overlap_model.parquet").set_index("quantity").value
-    assert model.filter(like="core busy").between(0, 1).all() and model.filter(like="gain predicted").between(0.5, 2).all()
+    assert (
+        model.filter(like="core busy").between(0, 1).all() and model.filter(like="gain predicted").between(0.5, 2).all()
+    )
     assert (out / "figures" / "01_baseline_overlap.png").stat().st_size > 10_000
 
 
@@ -420,6 +422,7 @@ def test_08_serving_smoke(smoke_run):
     assert (req.ttft > 0).all() and (req.tokens == 8).all()
     summary = pd.read_parquet(res / "summary.parquet")
     assert (summary.tpot_vs_ar[summary.method == "AR"] == 1).all() and (summary.mean_batch >= 1).all()
+    assert summary.tpot_vs_ar.between(summary.tpot_lo, summary.tpot_hi).all()
     steps = pd.read_parquet(res / "steps.parquet")
     assert set(steps.nodes.dropna()) <= set(range(5)) and (steps.batch <= 4).all()
     assert (out / "figures" / "08_serving_load.png").stat().st_size > 10_000

@@ -187,3 +187,57 @@ def test_a_client_that_disconnects_frees_its_slot(server, target):
     assert engine.active == 0
     r = httpx.post(f"{url}/v1/completions", json=body | {"stream": False, "max_tokens": 5}, timeout=60)
     assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 5
+
+
+def test_load_generator_sessions(server, target):
+    """Poisson-arriving sessions through the openai client: every turn answered, timed, and (greedy) the
+    same text as offline decoding of the session so far; chat sessions carry the model's own answers."""
+    from speclib.research.load import run_load_blocking
+
+    url, _ = server
+    sessions = [[TEXTS[0], TEXTS[1]], [TEXTS[3]]]
+    rows = run_load_blocking(f"{url}/v1", "hybrid-target", sessions, rate=5.0, max_tokens=6, duration_s=5, seed=1)
+    assert sorted((r["session"], r["turn"]) for r in rows) == [(0, 0), (0, 1), (1, 0)]
+    assert all(r["error"] is None and r["tokens"] == 6 and 0 < r["ttft"] <= r["e2e"] for r in rows)
+    first = next(r for r in rows if (r["session"], r["turn"]) == (0, 0))
+    second = next(r for r in rows if (r["session"], r["turn"]) == (0, 1))
+    assert first["text"] == target.decode(offline(target, target.encode(TEXTS[0]), 6, SelfDrafter(target, 3)))
+    context = TEXTS[0] + first["text"] + "\n" + TEXTS[1]
+    assert second["text"] == target.decode(offline(target, target.encode(context), 6, SelfDrafter(target, 3)))
+    chat = run_load_blocking(f"{url}/v1", "hybrid-target", [["hi", "more"]], rate=5.0, max_tokens=4, chat=True)
+    assert [r["turn"] for r in chat] == [0, 1] and all(r["error"] is None and r["tokens"] == 4 for r in chat)
+    with pytest.raises(ValueError, match="rate"):
+        run_load_blocking(f"{url}/v1", "hybrid-target", sessions, rate=0)
+
+
+def test_set_budget_caps_and_restores():
+    """A budgeted tree's depth follows the budget down and back up to the depth it was built with."""
+    from conftest import tiny_lm
+
+    from speclib import ModelDrafter, TreeDrafter
+    from speclib.serving.engine import set_budget
+
+    tree, chain = TreeDrafter(tiny_lm(), budget=8, depth=5, top=2), ModelDrafter(tiny_lm(), 4)
+    set_budget(tree, 2)
+    assert (tree.budget, tree.depth) == (2, 2)
+    set_budget(tree, 8)
+    assert (tree.budget, tree.depth) == (8, 5)
+    set_budget(chain, 3)
+    assert chain.k == 3
+
+
+def test_adaptive_budget_alpha_and_choice():
+    """alpha from observed steps: a chain's matches its acceptance; a tree of 8 nodes that yields 2 tokens a
+    step is worth a chain at alpha ~0.5, not 8 nodes of it; the choice follows the measured costs."""
+    from speclib.core.analytic import expected_tokens
+
+    flat = {(b, n): 0.01 * b for b in (1, 4) for n in range(9)}  # verification free at any size
+    chain = AdaptiveBudget(flat, draft_token_s=0.0, max_nodes=8)
+    chain.observe([(4, 2)] * 200)
+    assert expected_tokens(chain.alpha, 4) == pytest.approx(3.0, abs=1e-3)
+    assert chain(1) == 8  # free drafts, free verification: the most nodes
+    tree = AdaptiveBudget(flat, draft_token_s=0.0, max_nodes=8)
+    tree.observe([(8, 1)] * 200)
+    assert expected_tokens(tree.alpha, 8) == pytest.approx(2.0, abs=1e-3) and tree.alpha < 0.51
+    steep = {(b, n): 0.01 * b * (1 + n) for b in (1, 4) for n in range(9)}  # n drafts cost n plain passes
+    assert AdaptiveBudget(steep, 0.0, 8, alpha0=0.9)(4) == 0  # never worth it: E(alpha, n) < n + 1

@@ -143,7 +143,7 @@ if SMOKE:
     K_MAX, N_PILOT, N_PROMPTS, ROUNDS, MAX_NEW_TOKENS = 3, 2, 2, 2, 24
     CHI2_TOKENS, N_CALIBRATION, N_EXACT_PAIRS, LATENCY_REPEATS = 640, 20, 100, 3
     HEAD_TREES = [[3, 6]]
-    OVERLAP_SETTINGS = [[2, 2], [3, 0]]
+    OVERLAP_SETTINGS = [[2, 2]]
 NB = "01_baseline"
 KS = list(range(1, K_MAX + 1))
 if max(k for k, _ in OVERLAP_SETTINGS) > K_MAX:

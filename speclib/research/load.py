@@ -47,6 +47,16 @@ def agent_sessions(max_chars: int = 2400, seed: int = 0) -> list[list[str]]:
     return sessions
 
 
+def mt_bench_sessions(seed: int = 0) -> list[list[str]]:
+    """Spec-Bench's MT-bench questions as two-turn chat sessions (the second turn follows the model's own
+    first answer), in a seeded order: for a chat model, driven with `run_load(..., chat=True)`."""
+    from speclib.research.spec_bench import questions, task_of
+
+    sessions = [q["turns"] for q in questions() if task_of(q["category"]) == "mt_bench"]
+    random.Random(seed).shuffle(sessions)
+    return sessions
+
+
 def cut_left(text: str, max_chars: int) -> str:
     """The last max_chars characters of text, starting at a line."""
     if len(text) <= max_chars:
@@ -56,24 +66,25 @@ def cut_left(text: str, max_chars: int) -> str:
 
 
 async def _request(client, model, prompt, max_tokens, timeout_s) -> dict:
+    """One streamed request; `prompt` is a string (completions) or a list of messages (chat)."""
     t0 = time.perf_counter()
     first, text, tokens, error = None, [], 0, None
 
     async def consume() -> None:
         nonlocal first, tokens
-        stream = await client.completions.create(
-            model=model,
-            prompt=prompt,
-            max_tokens=max_tokens,
-            temperature=0,
-            stream=True,
-            stream_options={"include_usage": True},
-        )
+        common = dict(model=model, max_tokens=max_tokens, temperature=0, stream=True)
+        if isinstance(prompt, str):
+            stream = await client.completions.create(prompt=prompt, stream_options={"include_usage": True}, **common)
+        else:
+            stream = await client.chat.completions.create(
+                messages=prompt, stream_options={"include_usage": True}, **common
+            )
         async for chunk in stream:
             for ch in chunk.choices:
-                if ch.text and first is None:
+                piece = ch.text if isinstance(prompt, str) else (ch.delta.content or "")
+                if piece and first is None:
                     first = time.perf_counter()
-                text.append(ch.text)
+                text.append(piece)
             if chunk.usage is not None:
                 tokens = chunk.usage.completion_tokens
 
@@ -104,9 +115,12 @@ async def run_load(
     timeout_s: float = 120.0,
     max_chars: int = 2400,
     seed: int = 0,
+    chat: bool = False,
 ) -> list[dict]:
     """Drive the server with `sessions` arriving at `rate` per second (exponential gaps, seeded); one row
-    per request: session, turn, arrival (seconds from the start), ttft, tpot, e2e, tokens, text, error."""
+    per request: session, turn, arrival (seconds from the start), ttft, tpot, e2e, tokens, text, error.
+    chat=False: /v1/completions, each prompt the session's text so far cut to `max_chars`; chat=True:
+    /v1/chat/completions with the session's messages (user turns and the model's answers)."""
     import openai
 
     if rate <= 0:
@@ -117,14 +131,17 @@ async def run_load(
     start = time.perf_counter()
 
     async def session(i: int, turns: list[str]) -> None:
-        history = ""
+        history, messages = "", []
         for j, task in enumerate(turns):
-            prompt = cut_left(history + task, max_chars)
+            messages.append({"role": "user", "content": task})
+            prompt = list(messages) if chat else cut_left(history + task, max_chars)
             row = await _request(client, model, prompt, max_tokens, timeout_s)
-            rows.append(dict(session=i, turn=j, arrival=row["sent"] - start, prompt_chars=len(prompt)) | row)
+            size = sum(len(m["content"]) for m in prompt) if chat else len(prompt)
+            rows.append(dict(session=i, turn=j, arrival=row["sent"] - start, prompt_chars=size) | row)
             if row["error"]:
                 return
-            history = prompt + row["text"] + "\n"
+            history = (prompt if not chat else "") + row["text"] + "\n"
+            messages.append({"role": "assistant", "content": row["text"]})
 
     tasks, t = [], 0.0
     for i, turns in enumerate(sessions):

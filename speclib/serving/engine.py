@@ -75,7 +75,7 @@ class FixedBudget:
     def __call__(self, batch: int) -> int:
         return self.nodes
 
-    def observe(self, drafted: int, accepted: int, reached: int) -> None:
+    def observe(self, steps: list[tuple[int, int]]) -> None:
         pass
 
 
@@ -83,14 +83,14 @@ class AdaptiveBudget:
     """The draft budget with the best predicted throughput at the batch size:
     argmax_n  batch * E(alpha, n) / (T_verify(batch, n) + batch * n * t_draft), n in 0..max_nodes,
     where T_verify comes from `calibrate` (measured on this machine at each batch size), t_draft is the
-    drafter's measured seconds per node and alpha the per-token acceptance seen so far (an exponential
-    average over recent steps, starting from `alpha0`). n = 0 is plain batched decoding."""
+    drafter's measured seconds per node and alpha the acceptance seen so far (`observe`; `alpha0` until
+    then). n = 0 is plain batched decoding."""
 
     def __init__(self, verify_s: dict[tuple[int, int], float], draft_token_s: float, max_nodes: int, alpha0=0.6):
         self.verify_s, self.draft_token_s, self.max_nodes = verify_s, draft_token_s, max_nodes
         self.batches = sorted({b for b, _ in verify_s})
         self.alpha = alpha0
-        self.acc, self.reached = 0.0, 0.0  # exponentially decayed counts
+        self.nodes = self.tokens = self.count = 0.0  # exponentially decayed sums over drafted steps
 
     def _verify(self, batch: int, n: int) -> float:
         b = min(self.batches, key=lambda x: (abs(x - batch), x))  # nearest calibrated batch size
@@ -102,10 +102,22 @@ class AdaptiveBudget:
     def __call__(self, batch: int) -> int:
         return max(range(self.max_nodes + 1), key=lambda n: self.predicted(batch, n))
 
-    def observe(self, drafted: int, accepted: int, reached: int) -> None:
-        if reached:
-            self.acc, self.reached = 0.95 * self.acc + accepted, 0.95 * self.reached + reached
-            self.alpha = min(0.99, self.acc / self.reached)
+    def observe(self, steps: list[tuple[int, int]]) -> None:
+        """Each request's step as (draft nodes, accepted length). alpha is the i.i.d. acceptance at which a
+        chain of the mean drafted size yields the mean tokens per step seen (exponentially decayed): for a
+        chain, about the per-token acceptance; for a tree, the chain it is worth, so that a tree of n nodes
+        is not credited with a chain of n."""
+        for n, accepted in steps:
+            if n:
+                self.nodes, self.tokens = 0.95 * self.nodes + n, 0.95 * self.tokens + accepted + 1
+                self.count = 0.95 * self.count + 1
+        if self.count:
+            n, want = self.nodes / self.count, self.tokens / self.count
+            lo, hi = 0.0, 0.99
+            for _ in range(40):  # expected_tokens rises with alpha: bisect
+                mid = (lo + hi) / 2
+                lo, hi = (mid, hi) if expected_tokens(mid, n) < want else (lo, mid)
+            self.alpha = (lo + hi) / 2
 
 
 @torch.inference_mode()
@@ -138,7 +150,8 @@ def set_budget(drafter, n: int) -> None:
     if isinstance(drafter, (ModelDrafter, PromptLookupDrafter)):
         drafter.k = n
     elif isinstance(drafter, TreeDrafter) and drafter.mode != "fixed":
-        drafter.budget, drafter.depth = n, min(drafter.depth, n)
+        full = drafter.__dict__.setdefault("serving_depth", drafter.depth)  # the depth it was built with
+        drafter.budget, drafter.depth = n, min(full, n)
     # any other drafter (a fixed tree shape, a hybrid of caches and a model) keeps its own size: a budget
     # can only switch it off (n = 0)
 
@@ -313,18 +326,19 @@ class Engine:
         else:
             logits = [runs[0].target.extend(*drafts[0])]
         verify_s = time.perf_counter() - t1
-        drafted = accepted = reached = 0
+        drafted = accepted = 0
+        outcomes = []
         for i, r, lg in zip(live, runs, logits):
             r.finish(lg, verify_s)
             r.drafter = self.drafters[i]
             s = r.steps[-1]
             drafted, accepted = drafted + s["drafted"], accepted + s["accepted"]
-            reached += min(s["drafted"], s["accepted"] + 1)  # draft positions (depths) the target looked at
+            outcomes.append((s["drafted"], s["accepted"]))
             self._emit(*self.slots[i])
             if r.done:
                 self._finish(i)
         if self.budget is not None:
-            self.budget.observe(drafted, accepted, reached)
+            self.budget.observe(outcomes)
         self.log.append(
             dict(
                 t=t0,

@@ -106,7 +106,67 @@ def _rows_01() -> list[tuple[str, str, str]]:
                 "head_ceiling.parquet",
             )
         )
+    if results.path("01_baseline/overlap_speedup").is_file():
+        ov = results.load("01_baseline/overlap_speedup").set_index("method")
+        model = results.load("01_baseline/overlap_model").set_index("quantity").value
+        ref = ov.reference.iloc[0]
+        rows.append(
+            (
+                f"both cores, greedy, over the faster AR ({ref})",
+                ", ".join(
+                    f"{m} **{r.speedup:.2f}x** (95% CI {ci(r.lo, r.hi)})"
+                    for m, r in ov.iterrows()
+                    if m.startswith(("SD", "overlap"))
+                )
+                + f"; overlap k = {int(ov.k.iloc[0])}, wait_for = {int(ov.wait_for.iloc[0])}; identical to AR "
+                f"{int(ov.identical.sum())} / {int(ov.runs.sum())}",
+                "overlap_speedup.parquet",
+            )
+        )
+        m = model.to_dict()
+        rows.append(
+            (
+                "overlapped over sequential SD (paired), against the timeline model",
+                f"**{m['gain, overlap over sequential SD (measured)']:.3f}x** measured; model "
+                f"{m['gain predicted: timeline model']:.3f}x, with the measured contention "
+                f"{m['gain predicted: model + contention']:.3f}x; ceiling {m['ceiling: no wait at all']:.2f}x; busy: "
+                f"target core {m['target core busy (overlap)']:.0%}, draft core {m['draft core busy (overlap)']:.0%}",
+                "overlap_model.parquet",
+            )
+        )
     return [(m, v, f"`data/results/01_baseline/{f}`") for m, v, f in rows]
+
+
+def _rows_08() -> list[tuple[str, str, str]]:
+    s = results.load("08_serving/summary")
+    low, high = s.rate.min(), s.rate.max()
+    rows = []
+    for rate in (low, high):
+        g = s[s.rate == rate].set_index("method")
+        rows.append(
+            (
+                f"TPOT p50 over AR's at {rate:g} sessions/s (AR's mean batch {g.mean_batch['AR']:.2f})",
+                ", ".join(
+                    f"{m} **{r.tpot_vs_ar:.2f}**"
+                    + (f" (acceptance {r.acceptance:.2f})" if r.acceptance == r.acceptance else "")
+                    for m, r in g.iterrows()
+                    if m != "AR"
+                )
+                + f"; AR {g.tpot_p50['AR'] * 1e3:.1f} ms per token",
+                "summary.parquet",
+            )
+        )
+    req = results.load("08_serving/requests")
+    ar = req[req.method == "AR"].set_index(["rate", "session", "turn"]).text
+    same = sum(ar.get((r.rate, r.session, r.turn)) == r.text for r in req.itertuples())
+    rows.append(
+        (
+            "answers under load equal to AR's (greedy), failed requests",
+            f"{same} / {len(req)}; {int(req.error.notna().sum())} failed",
+            "requests.parquet",
+        )
+    )
+    return [(m, v, f"`data/results/08_serving/{f}`") for m, v, f in rows]
 
 
 def _total(r, col: str = "total_ratio") -> str:
@@ -659,6 +719,7 @@ SECTIONS = {
     "05_backend_latency": _rows_05,
     "06_self_speculation": _rows_06,
     "07_spec_bench": _rows_07,
+    "08_serving": _rows_08,
     "sweeps": _rows_sweeps,
 }
 
