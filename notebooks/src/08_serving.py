@@ -304,9 +304,10 @@ best_low = min(spec, key=lambda m: at.tpot_vs_ar[(m, low)])
 bl = at.loc[(best_low, low)]
 adaptive = [m for m in spec if "adaptive" in m]
 crossings = {m: next((r for r in RATES if at.tpot_lo[(m, r)] > 1), None) for m in spec if "adaptive" not in m}
-lines = []
+lines, noise = [], 0.0
 if "AR again" in METHODS:
     drift = [abs(at.tpot_vs_ar[("AR again", r)] - 1) for r in RATES]
+    noise = max(drift)
     lines.append(
         "The same AR server run again after all the others gives TPOT "
         + ", ".join(f"{ratio('AR again', r)} at {r}/s" for r in RATES)
@@ -339,10 +340,20 @@ if adaptive:
     lines.append(
         f"The adaptive budgets' worst TPOT against AR is {ratio(*worst)} ({worst[0]} at {worst[1]}/s): the goal of "
         "never more than 1.05 is "
-        + ("met." if at.tpot_vs_ar[worst] <= 1.05 else "missed.")
+        + (
+            "met."
+            if at.tpot_vs_ar[worst] <= 1.05
+            else f"missed by the estimate, but AR against itself moved by up to {noise:.0%} in this run, so the run "
+            "cannot resolve it."
+            if at.tpot_vs_ar[worst] - 1 <= noise
+            else "missed, by more than AR moved against itself."
+        )
         + " Their mean draft budget per step: "
         + "; ".join(f"{m} " + ", ".join(f"{at.mean_nodes[(m, r)]:.1f} at {r}/s" for r in RATES) for m in adaptive)
-        + " nodes (0: plain batched decoding, where the measured acceptance does not pay for the drafts)."
+        + " nodes (0: a plain batched step, where the measured acceptance does not pay for the drafts). Drafting "
+        "nothing is still not AR: every admitted request prefills the draft model too, inside the step loop, so at "
+        "high load, where requests arrive often, the running requests wait for draft prefills the budget does not "
+        "count (prefilling the draft only once drafting is switched on would remove it)."
     )
 display(Markdown(" ".join(lines)))
 
@@ -363,7 +374,9 @@ display(study.summary())
 #   decoding's, request by request.
 #
 # Caveats: one small hybrid model trained on Python source, one CPU thread for the server; prefill is
-# not chunked, so a long prompt delays every running request's next step (TTFT and TPOT both see it).
+# not chunked, so a long prompt delays every running request's next step (TTFT and TPOT both see it), and
+# a speculative method prefills its draft model as well, even when its budget then drafts nothing. The
+# methods run one after another, not interleaved: "AR again" shows how far the machine drifted meanwhile.
 # The cache-or-model hybrid uses ArcticInference's fixed rule, not notebook 02's fitted HVD predictor
 # (which was fitted for another target).
 

@@ -145,7 +145,8 @@ def _rows_08() -> list[tuple[str, str, str]]:
         g = s[s.rate == rate].set_index("method")
         rows.append(
             (
-                f"TPOT p50 over AR's at {rate:g} sessions/s (AR's mean batch {g.mean_batch['AR']:.2f})",
+                f"TPOT over AR's at {rate:g} sessions/s, paired per turn, median over sessions with 95% CI "
+                f"(AR's mean batch {g.mean_batch['AR']:.2f})",
                 ", ".join(
                     f"{m} **{r.tpot_vs_ar:.2f}**"
                     + (f" (acceptance {r.acceptance:.2f})" if r.acceptance == r.acceptance else "")
