@@ -300,6 +300,9 @@ def ratio(m, r):
     return f"{x.tpot_vs_ar:.2f} (95% CI {x.tpot_lo:.2f}–{x.tpot_hi:.2f})"
 
 
+per_step = steps.groupby(["method", "rate"]).agg(
+    draft_ms=("draft_s", lambda x: 1e3 * x.mean()), verify_ms=("verify_s", lambda x: 1e3 * x.mean())
+)
 best_low = min(spec, key=lambda m: at.tpot_vs_ar[(m, low)])
 bl = at.loc[(best_low, low)]
 adaptive = [m for m in spec if "adaptive" in m]
@@ -333,7 +336,15 @@ lines.append(
     )
     + f". At the highest rate ({high}/s) AR's mean batch is {at.mean_batch[('AR', high)]:.2f}; section 1 prices "
     f"{K} draft tokens per request at {table.loc[K, b_max]:.2f} plain steps at batch {b_max} against "
-    f"{table.loc[K, 1]:.2f} alone."
+    f"{table.loc[K, 1]:.2f} alone. Drafting is not batched: each request drafts in turn, so a step's drafting "
+    "grows with the batch: "
+    + "; ".join(
+        f"{m} {per_step.draft_ms[(m, low)]:.1f} ms per step at {low}/s and {per_step.draft_ms[(m, high)]:.1f} ms at "
+        f"{high}/s, against a verify pass of {per_step.verify_ms[(m, low)]:.1f} and {per_step.verify_ms[(m, high)]:.1f} ms"
+        for m in spec
+        if "adaptive" not in m
+    )
+    + "."
 )
 if adaptive:
     worst = max(((m, r) for m in adaptive for r in RATES), key=lambda mr: at.tpot_vs_ar[mr])

@@ -148,8 +148,8 @@ def _rows_08() -> list[tuple[str, str, str]]:
                 f"TPOT over AR's at {rate:g} sessions/s, paired per turn, median over sessions with 95% CI "
                 f"(AR's mean batch {g.mean_batch['AR']:.2f})",
                 ", ".join(
-                    f"{m} **{r.tpot_vs_ar:.2f}**"
-                    + (f" (acceptance {r.acceptance:.2f})" if r.acceptance == r.acceptance else "")
+                    f"{m} **{r.tpot_vs_ar:.2f}** ({ci(r.tpot_lo, r.tpot_hi)}"
+                    + (f"; acceptance {r.acceptance:.2f})" if r.acceptance == r.acceptance else ")")
                     for m, r in g.iterrows()
                     if m != "AR"
                 )
