@@ -56,6 +56,17 @@ def noisy_copy(seed=0, scale=0.3, impl="hf", **kw) -> HFLM:
     return lm
 
 
+def token_at(target, drafter, pos, n_runs, sampling, seed0=0, acceptor=None) -> list[int]:
+    """The token at new-token index `pos` of n_runs seeded runs from the prompt [3, 1, 4]: independent
+    samples of one position's distribution, for the chi-square tests against AR."""
+    return [
+        speclib.generate(
+            target, [3, 1, 4], pos + 1, drafter=drafter, sampling=sampling, seed=seed0 + s, acceptor=acceptor
+        ).tokens[pos]
+        for s in range(n_runs)
+    ]
+
+
 def accepted(gen) -> int:
     """Draft tokens accepted over a generate() run (its per-step stats)."""
     return sum(s["accepted"] for s in gen.stats.steps)

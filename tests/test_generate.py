@@ -3,7 +3,7 @@ import math
 
 import pytest
 import torch
-from conftest import accepted, needs_shipped, noisy_copy, tiny_lm
+from conftest import accepted, needs_shipped, noisy_copy, tiny_lm, token_at
 
 import speclib
 from speclib import ModelDrafter, Sampling, generate
@@ -49,15 +49,6 @@ def test_stops_at_eos_inside_an_accepted_block():
     assert sd.tokens == ar.tokens == want
 
 
-def _token_at(target, drafter, pos, n_runs, sampling, seed0=0, acceptor=None):
-    return [
-        generate(
-            target, [3, 1, 4], pos + 1, drafter=drafter, sampling=sampling, seed=seed0 + s, acceptor=acceptor
-        ).tokens[pos]
-        for s in range(n_runs)
-    ]
-
-
 class AcceptAll:
     """A wrong rule (keeps every draft token): the chi-square test must catch it."""
 
@@ -71,11 +62,11 @@ def test_chi_square_ar_vs_sd(pair, sampling):
     exact up to its approximation. alpha = 1e-3 (0.1% false-positive rate), fixed seeds."""
     target, draft = pair
     n = 1200
-    ar = _token_at(target, None, 4, n, sampling)
-    sd = _token_at(target, ModelDrafter(draft, 3), 4, n, sampling, seed0=10**6)
+    ar = token_at(target, None, 4, n, sampling)
+    sd = token_at(target, ModelDrafter(draft, 3), 4, n, sampling, seed0=10**6)
     assert chi2_two_sample(ar, sd).p > 1e-3
     if sampling.top_k == 0:  # negative control: the same test rejects a rule that is not lossless
-        bad = _token_at(target, ModelDrafter(draft, 3), 4, n, sampling, seed0=10**6, acceptor=AcceptAll())
+        bad = token_at(target, ModelDrafter(draft, 3), 4, n, sampling, seed0=10**6, acceptor=AcceptAll())
         assert chi2_two_sample(ar, bad).p < 1e-3
 
 
@@ -143,7 +134,9 @@ def test_tokenizer_mismatch(shipped):
 def test_greedy_identity_shipped_models(shipped):
     """Level 3: SD = AR = transformers generate(do_sample=False) on held-out prompts."""
     target, draft = shipped
-    prompts = [r["prompt"] for r in speclib.research.data.load_workload("code_humaneval", 3)]
+    from speclib.research import data  # imported here: run alone, nothing else has imported it
+
+    prompts = [r["prompt"] for r in data.load_workload("code_humaneval", 3)]
     ar, sd, hf, sd_runs = [], [], [], []
     for text in prompts:
         ids = target.encode(text)

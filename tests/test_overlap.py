@@ -12,7 +12,7 @@ import time
 
 import pytest
 import torch
-from conftest import noisy_copy, tiny_lm
+from conftest import noisy_copy, tiny_lm, token_at
 
 from speclib import ModelDrafter, Sampling, generate
 from speclib.drafters import overlap
@@ -45,15 +45,6 @@ def test_greedy_output_equals_ar(models, k, wait_for, ahead, backend):
         assert seq.stats.acceptance_rate > 0.3  # the pair agrees often: hypotheses survive verify passes
 
 
-def _token_at(target, drafter, pos, n_runs, sampling, seed0=0, acceptor=None):
-    return [
-        generate(
-            target, [3, 1, 4], pos + 1, drafter=drafter, sampling=sampling, seed=seed0 + s, acceptor=acceptor
-        ).tokens[pos]
-        for s in range(n_runs)
-    ]
-
-
 def token_zero_draft():
     """A draft whose q puts almost all its mass on token 0, whatever the context."""
     lm = tiny_lm(16, 1, seed=1)
@@ -78,16 +69,16 @@ def test_chi_square_against_ar_at_temperature_1(models):
     (tests/test_generate.py); alpha = 1e-3 (0.1% false-positive rate)."""
     target, draft = models
     t1, n = Sampling(1.0), 800
-    ar = _token_at(target, None, 4, n, t1)
+    ar = token_at(target, None, 4, n, t1)
     with OverlapDrafter(draft, k=3, wait_for=1) as d:
-        over = _token_at(target, d, 4, n, t1, seed0=10**6)
+        over = token_at(target, d, 4, n, t1, seed0=10**6)
     assert chi2_two_sample(ar, over).p > 1e-3
     # negative control: keeping every draft token of a draft that proposes token 0 is caught (wait_for = k = 3:
     # index 3 is always the third kept draft token). The tiny random target's marginal at an index barely
     # depends on the tokens before it, so a subtler wrong rule would need far more runs to be seen.
     with OverlapDrafter(token_zero_draft(), k=3, wait_for=3) as d:
-        bad = _token_at(target, d, 3, n // 4, t1, seed0=10**6, acceptor=AcceptAll())
-    assert chi2_two_sample(_token_at(target, None, 3, n // 4, t1), bad).p < 1e-3
+        bad = token_at(target, d, 3, n // 4, t1, seed0=10**6, acceptor=AcceptAll())
+    assert chi2_two_sample(token_at(target, None, 3, n // 4, t1), bad).p < 1e-3
 
 
 def test_bad_inputs_and_too_few_cpus(models, monkeypatch):
@@ -163,7 +154,7 @@ def test_ctrl_c_leaves_no_draft_process(tmp_path):
             f"""
             import sys
             sys.path.insert(0, {os.path.dirname(__file__)!r})
-            from conftest import noisy_copy, tiny_lm
+            from conftest import noisy_copy, tiny_lm, token_at
             from speclib import Sampling, generate
             from speclib.drafters.overlap import OverlapDrafter
             target, d = tiny_lm(32, 2, seed=0), OverlapDrafter(noisy_copy(seed=0, scale=0.3), k=3)

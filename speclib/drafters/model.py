@@ -9,6 +9,15 @@ from speclib.core.sampling import Sampling, probs, sample
 from speclib.core.tree import Tree
 
 
+def check_draft_lm(lm: LM, target: LM) -> None:
+    """A draft LM must score the target's vocabulary with the target's tokenizer."""
+    if lm.vocab_size != target.vocab_size:
+        raise ValueError(f"draft vocabulary ({lm.vocab_size}) differs from the target's ({target.vocab_size})")
+    a, b = lm.tokenizer, target.tokenizer
+    if a is not None and b is not None and a is not b and a.get_vocab() != b.get_vocab():
+        raise ValueError("draft and target tokenizers differ: a draft must share the target's tokenizer")
+
+
 class LMDrafter:
     """What the drafters over a draft LM share (`ModelDrafter`, `speclib.drafters.tree.TreeDrafter`): the
     draft LM's committed prefix is context[:fed]; draft() feeds the context's unfed tail (n_tail tokens)
@@ -21,11 +30,7 @@ class LMDrafter:
         self.tree: Tree | None = None
 
     def check_compatible(self, target: LM) -> None:
-        if self.lm.vocab_size != target.vocab_size:
-            raise ValueError(f"draft vocabulary ({self.lm.vocab_size}) differs from the target's ({target.vocab_size})")
-        a, b = self.lm.tokenizer, target.tokenizer
-        if a is not None and b is not None and a is not b and a.get_vocab() != b.get_vocab():
-            raise ValueError("draft and target tokenizers differ: a draft must share the target's tokenizer")
+        check_draft_lm(self.lm, target)
 
     def reset(self, prompt: list[int], sampling: Sampling, gen: torch.Generator) -> None:
         """Prefill the draft; draft with the target's sampling (unless given one) and the run's generator."""

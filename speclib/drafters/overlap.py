@@ -39,6 +39,7 @@ from speclib.core.device import cpu_count
 from speclib.core.protocols import LM
 from speclib.core.sampling import Sampling, probs, sample
 from speclib.core.tree import Tree
+from speclib.drafters.model import check_draft_lm
 from speclib.lms.head import HeadLM
 
 RESTART_EVERY = 256  # confirmed pending nodes before the draft process commits them (bounded pending state)
@@ -192,11 +193,7 @@ class OverlapDrafter:
         return self.k
 
     def check_compatible(self, target: LM) -> None:
-        if self.lm.vocab_size != target.vocab_size:
-            raise ValueError(f"draft vocabulary ({self.lm.vocab_size}) differs from the target's ({target.vocab_size})")
-        a, b = self.lm.tokenizer, target.tokenizer
-        if a is not None and b is not None and a is not b and a.get_vocab() != b.get_vocab():
-            raise ValueError("draft and target tokenizers differ: a draft must share the target's tokenizer")
+        check_draft_lm(self.lm, target)
 
     def _start(self) -> None:
         if self.backend == "thread":

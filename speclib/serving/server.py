@@ -260,12 +260,10 @@ def draft_cost(drafter, target, prefix: int = 64, repeats: int = 5) -> float:
 
     import torch
 
-    from speclib.core.sampling import Sampling as S
-
     ctx = list(range(1, prefix + 1))
     times = []
     for _ in range(repeats + 1):
-        drafter.reset(ctx, S(0.0), torch.Generator())
+        drafter.reset(ctx, Sampling(0.0), torch.Generator())
         t0 = time.perf_counter()
         tree = drafter.draft(ctx + [ctx[-1]])  # as in the loop: the context ends with a token not yet fed
         times.append((time.perf_counter() - t0) / max(1, len(tree)))
