@@ -156,3 +156,59 @@ def test_tree_probe_on_a_model_that_unpacks_the_mask_as_2d():
         torch.device("cpu"),
     )
     assert lm.trees_unsupported().startswith("a custom 4D attention mask fails on it (ValueError: too many values")
+
+
+def test_llama_extend_batch_equals_separate_extends():
+    """Three requests (different prompt lengths, a tree, a single node, a chain, an earlier pending tree)
+    verified in one LlamaLM forward give each what its own extend gives; commits and recorded features stay
+    per request; a bad request anywhere records nothing for any."""
+    from speclib.lms import LlamaLM
+
+    rng = random.Random(5)
+    base = tiny_lm(seed=5, impl="fast")
+    lms, solo = [base.view() for _ in range(3)], [base.view() for _ in range(3)]
+    for lm in lms[:1] + solo[:1]:
+        lm.record_features([0, 2])
+    prompts = [[rng.randrange(64) for _ in range(n)] for n in (3, 11, 6)]
+    for lm, s, p in zip(lms, solo, prompts):
+        assert (lm.reset(p) - s.reset(p)).abs().max() == 0
+    for step in range(3):
+        toks = [[rng.randrange(64) for _ in range(n)] for n in (4, 1, 3)]
+        pars = [[-1, -1, 0, 2], [-1], [-1, 0, 1]]
+        together = LlamaLM.extend_batch(lms, toks, pars)
+        for s, t, p, out in zip(solo, toks, pars, together):
+            assert out.shape == (len(t), 64)
+            assert (out - s.extend(t, p)).abs().max() < 1e-5  # float32 GEMMs block differently
+        paths = [[0, 2], [0] if step else [], list(range(step % 3 + 1))]
+        for lm, s, path in zip(lms, solo, paths):
+            lm.commit(path)
+            s.commit(path)
+    assert torch.allclose(lms[0].committed_features(), solo[0].committed_features(), atol=1e-5)
+    assert lms[0].n_committed == solo[0].n_committed
+    with pytest.raises(ValueError, match="own LlamaLM"):
+        LlamaLM.extend_batch([lms[0], lms[0]], [[1], [2]], [[-1], [-1]])
+    other = tiny_lm(seed=6, impl="fast")
+    other.reset([1, 2])
+    with pytest.raises(ValueError, match="same model"):
+        LlamaLM.extend_batch([lms[0], other], [[1], [2]], [[-1], [-1]])
+    with pytest.raises(ValueError, match="topological"):
+        LlamaLM.extend_batch(lms, [[1], [2], [3]], [[-1], [-1], [5]])
+    assert all(not lm.pending_parents for lm in lms)
+    for lm, s in zip(lms, solo):
+        assert (lm.extend([7], [-1]) - s.extend([7], [-1])).abs().max() < 1e-5
+
+
+def test_llama_generate_batch_equals_generate():
+    """generate_batch over LlamaLM views (continuous batching's machinery) gives each request its own
+    generate output, with and without a draft model."""
+    from speclib import ModelDrafter, Sampling, generate, generate_batch
+
+    target, draft = tiny_lm(seed=3, impl="fast"), noisy_copy(seed=3, impl="fast")
+    prompts = [list(range(1, 30)), [5, 9, 2], list(range(40, 3, -3))]
+    greedy = Sampling(0.0)
+    ref = [generate(target.view(), p, 20, sampling=greedy).tokens for p in prompts]
+    ar = generate_batch([target.view() for _ in prompts], prompts, 20, sampling=greedy)
+    assert [g.tokens for g in ar] == ref
+    drafters = [ModelDrafter(draft.view(), 3) for _ in prompts]
+    sd = generate_batch([target.view() for _ in prompts], prompts, 20, drafters=drafters, sampling=greedy)
+    assert [g.tokens for g in sd] == ref

@@ -61,6 +61,44 @@ def test_engine_output_equals_offline_generate(target, budget):
         assert {s["nodes"] for s in engine.log} >= {0, 3}  # no drafting at batch 2, drafting alone
 
 
+class CountingLookup(PromptLookupDrafter):
+    resets = 0
+
+    def reset(self, *a):
+        CountingLookup.resets += 1
+        super().reset(*a)
+
+
+def test_engine_primes_a_drafter_only_when_it_drafts(target):
+    """A budget of zero never resets (prefills) a drafter; an adaptive one primes each request at most
+    once, on the step it first drafts, and the output still equals offline generate."""
+    prompts = [target.encode(t) for t in TEXTS]
+    CountingLookup.resets = 0
+    with Engine(target, [CountingLookup(k=3) for _ in range(2)], max_batch=2, budget=FixedBudget(0)) as engine:
+        reqs = [engine.submit(p, n) for p, n in zip(prompts, LENGTHS)]
+        assert [r.result(120) for r in reqs] == [offline(target, p, n) for p, n in zip(prompts, LENGTHS)]
+    assert CountingLookup.resets == 0 and sum(s["primed"] for s in engine.log) == 0
+    ref = [offline(target, p, n, PromptLookupDrafter(k=3)) for p, n in zip(prompts, LENGTHS)]
+    with Engine(target, [CountingLookup(k=3) for _ in range(2)], max_batch=2, budget=switching_budget(3)) as engine:
+        reqs = [engine.submit(p, n) for p, n in zip(prompts, LENGTHS)]
+        assert [r.result(120) for r in reqs] == ref
+    assert CountingLookup.resets == sum(s["primed"] for s in engine.log) <= len(prompts)
+
+
+def test_engine_batches_a_llama_target():
+    """A Llama target (LlamaLM's batched extend) serves several requests per step, each with its own draft
+    model, and every output equals offline generate."""
+    from speclib import ModelDrafter
+
+    target, draft = speclib.load("agent-target"), speclib.load("agent-draft")
+    prompts = [target.encode(t) for t in TEXTS[:4]]
+    ref = [offline(target, p, n, ModelDrafter(draft.view(), 3)) for p, n in zip(prompts, LENGTHS)]
+    with Engine(target, [ModelDrafter(draft.view(), 3) for _ in range(3)], max_batch=3) as engine:
+        reqs = [engine.submit(p, n) for p, n in zip(prompts, LENGTHS)]
+        assert [r.result(120) for r in reqs] == ref
+    assert max(s["batch"] for s in engine.log) == 3
+
+
 def test_engine_seeded_sampling_equals_offline(target):
     """At temperature 1 each request draws from its own generator: the same tokens as generate(seed)."""
     prompts = [target.encode(t) for t in TEXTS[:3]]

@@ -5,20 +5,26 @@
 # and a verify pass over `b` requests' drafts costs more than one over a single request's. At what
 # load does speculation stop paying, and should the draft budget shrink as the batch grows?
 #
-# **Method.** `python -m speclib serve` runs the hybrid Gated DeltaNet target of notebook 03 behind an
-# OpenAI-compatible endpoint. Its engine batches continuously: requests join the running batch and
+# **Method.** `python -m speclib serve` runs `agent-target` (the workbook's Llama fine-tuned on the agentic
+# formats of notebook 02) behind an OpenAI-compatible endpoint, with `agent-draft` (its distilled 2-layer
+# draft) as the separate draft. Its engine batches continuously: requests join the running batch and
 # leave it at step boundaries, every live request drafts its own chain or tree, and one target forward
-# verifies all of them (`extend_batch`, notebook 03's closed form); acceptance stays per request, so
+# verifies all of them (`extend_batch`: the projections, MLPs and LM head run once over every request's
+# nodes, attention per request over its own cache); acceptance stays per request, so
 # every answer is the target's own greedy output whatever else is in the batch (tests/test_serving.py
 # checks it token for token). A load generator (`speclib.research.load`) drives it through the real
 # `openai` client: multi-turn agent sessions (a code edit, tool calls, a plan update on one source file,
 # each turn sent after the previous answer with the session so far as its prompt) arrive as a Poisson
 # process at a sweep of rates. Methods: plain batched decoding (AR); a chain of `K` tokens from the
-# separate draft; an EAGLE-2 style tree of `TREE_BUDGET` nodes from the same draft; a cache-or-model
-# hybrid (prompt lookup and a suffix tree, else the draft; ArcticInference's rule); the chain and the
+# separate draft; an EAGLE-2 style tree of `TREE_BUDGET` nodes from the same draft; prompt lookup (up to
+# `LOOKUP_K` tokens copied from the session so far); a cache-or-model hybrid (prompt lookup and a suffix
+# tree, else the draft; ArcticInference's rule); the chain and the
 # tree each with a fixed budget and with the **load-adaptive** one, which at every step picks the
 # number of draft nodes with the best predicted throughput at the current batch size, from verify
-# costs measured at server start and the acceptance seen so far (zero: plain decoding).
+# costs measured at server start and the acceptance seen so far (zero: plain decoding). The methods run
+# one after another, so the machine's drift over the run would land on whichever ran last: the sweep runs
+# them in order and then in reverse (ABBA), and every comparison pools both passes, so a drift linear in
+# time cancels; AR's second pass against its first shows how far the machine moved.
 #
 # **How to read it.** Section 1 measures what a verify pass costs at each batch size (the currency of
 # every decision under load). Section 2 runs the load sweep and checks that no answer was lost or
@@ -41,22 +47,24 @@
 # hybrid target's batched verify pass).
 #
 # **How long it takes.** With `RESULTS = "auto"` every step is read from `data/results/` and the
-# notebook draws in seconds. `"recompute"`: about 20 minutes on 2 CPU cores (the server starts once per
+# notebook draws in seconds. `"recompute"`: about 30 minutes on 2 CPU cores (the server starts twice per
 # method; each rate runs until its sessions have arrived and finished).
 
 # %%
 SMOKE = False  # True: tiny sizes, the whole notebook in about two minutes on 2 CPU cores
 SEED = 0
-TARGET = "hybrid-target"  # a model with batched verification (speclib.core.protocols.BatchedLM)
-DRAFT = "code-draft"  # the separate draft: any causal LM with the target's tokenizer
+TARGET = "agent-target"  # a model with batched verification (speclib.core.protocols.BatchedLM)
+DRAFT = "agent-draft"  # the separate draft: any causal LM with the target's tokenizer
 K = 4  # chain length, and the adaptive chain budget's ceiling
+LOOKUP_K = 8  # prompt lookup's longest copy
 TREE_BUDGET = 8  # tree nodes, and the adaptive tree budget's ceiling
 MAX_BATCH = 4  # requests verified together at most
 RATES = [0.1, 0.3, 1.0]  # session arrivals per second
 N_SESSIONS = 8  # sessions per rate (each 2-3 turns)
 DURATION_S = 60  # no session starts later than this after the first
 MAX_TOKENS = 48  # tokens per answer
-METHODS = ["AR", "chain", "chain adaptive", "tree", "tree adaptive", "hybrid", "AR again"]  # "AR again": the drift
+METHODS = ["AR", "chain", "chain adaptive", "tree", "tree adaptive", "lookup", "hybrid"]
+PASSES = 2  # 2: the methods in order, then in reverse (ABBA: a linear drift cancels); 1: in order only
 RESULTS = "auto"  # auto: reuse results saved with these parameters, else compute; "recompute"; "reuse"
 PUBLISH = False  # True: a run with non-default parameters also replaces data/results and figures/
 
@@ -75,21 +83,23 @@ from speclib.workbook.study import Study
 
 if SMOKE:
     RATES, N_SESSIONS, MAX_TOKENS, DURATION_S, TREE_BUDGET = [0.5, 4.0], 2, 8, 10, K
-    METHODS = ["AR", "chain adaptive"]
+    METHODS, PASSES = ["AR", "chain adaptive"], 1
 NB = "08_serving"
 style()
 ARGS = {  # method -> `python -m speclib serve` arguments
     "AR": ["--drafter", "none"],
-    "AR again": ["--drafter", "none"],  # the same server once more, last: how far the machine drifted
     "chain": ["--drafter", "model", "--draft", DRAFT, "--k", str(K)],
     "chain adaptive": ["--drafter", "model", "--draft", DRAFT, "--k", str(K), "--budget", "adaptive"],
     "tree": ["--drafter", "tree", "--draft", DRAFT, "--k", str(TREE_BUDGET)],
     "tree adaptive": ["--drafter", "tree", "--draft", DRAFT, "--k", str(TREE_BUDGET), "--budget", "adaptive"],
+    "lookup": ["--drafter", "lookup", "--k", str(LOOKUP_K)],
     "hybrid": ["--drafter", "hybrid", "--draft", DRAFT, "--k", str(K)],
 }
 unknown = sorted(set(METHODS) - set(ARGS))
 if unknown:
     raise ValueError(f"unknown METHODS {unknown}: choose from {sorted(ARGS)}")
+if "AR" not in METHODS or PASSES not in (1, 2):
+    raise ValueError(f"METHODS must include 'AR' (every comparison is against it) and PASSES be 1 or 2, got {PASSES}")
 sessions = load.agent_sessions(seed=SEED)[:N_SESSIONS]
 meta = dict(seed=SEED, target=TARGET, draft=DRAFT, smoke=SMOKE)
 study = Study(NB, globals(), mode=RESULTS, publish=PUBLISH, always=dict(SMOKE=SMOKE))
@@ -135,12 +145,12 @@ display(
 # %% [markdown]
 # ## 2 · The load sweep
 #
-# **How.** For each method the notebook starts `python -m speclib serve TARGET ...` on a free loopback
-# port (`load.served`), runs every rate in turn — `N_SESSIONS` sessions arriving as a Poisson process,
+# **How.** For each method, in order and then (`PASSES = 2`) in reverse, the notebook starts `python -m
+# speclib serve TARGET ...` on a free loopback port (`load.served`), runs every rate in turn — `N_SESSIONS` sessions arriving as a Poisson process,
 # each turn streamed with temperature 0 and `MAX_TOKENS` tokens — records every request from the
 # client side and the server's step log, and stops the server. The server runs at one torch thread,
 # the client on the other core. **The check:** with greedy decoding every method must produce the same
-# answers, so every request's text must equal AR's for the same session and turn (a later turn's
+# answers, so every request's text must equal AR's (first pass) for the same session and turn (a later turn's
 # prompt contains the earlier answers, so one wrong token would show up in every later turn), and no
 # request may fail.
 
@@ -148,13 +158,14 @@ display(
 # %%
 def load_sweep():
     rows, steps = [], []
-    for method in METHODS:
-        with load.served(TARGET, *ARGS[method], "--max-batch", str(MAX_BATCH)) as url:
-            for rate in RATES:
-                start = len(load.server_steps(url))
-                r = load.run_load_blocking(url, TARGET, sessions, rate, MAX_TOKENS, DURATION_S, seed=SEED)
-                rows += [dict(method=method, rate=rate) | x for x in r]
-                steps += [dict(method=method, rate=rate) | s for s in load.server_steps(url)[start:]]
+    for p in range(PASSES):
+        for method in METHODS if p == 0 else METHODS[::-1]:
+            with load.served(TARGET, *ARGS[method], "--max-batch", str(MAX_BATCH)) as url:
+                for rate in RATES:
+                    start = len(load.server_steps(url))
+                    r = load.run_load_blocking(url, TARGET, sessions, rate, MAX_TOKENS, DURATION_S, seed=SEED)
+                    rows += [dict(method=method, rate=rate, pass_=p) | x for x in r]
+                    steps += [dict(method=method, rate=rate, pass_=p) | s for s in load.server_steps(url)[start:]]
     return {"requests": pd.DataFrame(rows).assign(**meta), "steps": pd.DataFrame(steps).assign(**meta)}
 
 
@@ -166,16 +177,18 @@ sweep = study.step(
         "DRAFT",
         "K",
         "TREE_BUDGET",
+        "LOOKUP_K",
         "MAX_BATCH",
         "RATES",
         "N_SESSIONS",
         "DURATION_S",
         "MAX_TOKENS",
         "METHODS",
+        "PASSES",
     ],
 )
 req, steps = sweep["requests"], sweep["steps"]
-ar_text = req[req.method == "AR"].set_index(["rate", "session", "turn"]).text
+ar_text = req[(req.method == "AR") & (req.pass_ == 0)].set_index(["rate", "session", "turn"]).text
 req["same_as_ar"] = [ar_text.get((r.rate, r.session, r.turn)) == r.text for r in req.itertuples()]
 failed = req[req.error.notna()]
 check = req.groupby("method").agg(
@@ -237,10 +250,11 @@ ar = summary[summary.method == "AR"].set_index("rate")
 
 
 def paired_tpot(method, rate):
-    """TPOT against AR's on the same turns: per session the mean of its requests' ratios, then the median
-    over sessions with a 95% bootstrap interval over sessions (the independent units)."""
-    a = ok[(ok.method == "AR") & (ok.rate == rate)].set_index(["session", "turn"]).tpot
-    m = ok[(ok.method == method) & (ok.rate == rate)].set_index(["session", "turn"]).tpot
+    """TPOT against AR's on the same turns (each turn's TPOT the mean over the passes): per session the mean
+    of its requests' ratios, then the median over sessions with a 95% bootstrap interval over sessions (the
+    independent units)."""
+    a = ok[(ok.method == "AR") & (ok.rate == rate)].groupby(["session", "turn"]).tpot.mean()
+    m = ok[(ok.method == method) & (ok.rate == rate)].groupby(["session", "turn"]).tpot.mean()
     r = (m / a).dropna().groupby(level="session").mean().to_numpy()
     return stats.bootstrap_ci(r, seed=SEED) if len(r) > 1 else (float(r[0]), np.nan, np.nan)
 
@@ -291,7 +305,7 @@ plt.show()
 
 # %%
 low, high = min(RATES), max(RATES)
-spec = [m for m in METHODS if not m.startswith("AR")]
+spec = [m for m in METHODS if m != "AR"]
 at = summary.set_index(["method", "rate"])
 
 
@@ -300,6 +314,7 @@ def ratio(m, r):
     return f"{x.tpot_vs_ar:.2f} (95% CI {x.tpot_lo:.2f}–{x.tpot_hi:.2f})"
 
 
+st_primed = steps.groupby(["method", "rate"]).primed.sum() / PASSES  # per pass
 per_step = steps.groupby(["method", "rate"]).agg(
     draft_ms=("draft_s", lambda x: 1e3 * x.mean()), verify_ms=("verify_s", lambda x: 1e3 * x.mean())
 )
@@ -308,14 +323,20 @@ bl = at.loc[(best_low, low)]
 adaptive = [m for m in spec if "adaptive" in m]
 crossings = {m: next((r for r in RATES if at.tpot_lo[(m, r)] > 1), None) for m in spec if "adaptive" not in m}
 lines, noise = [], 0.0
-if "AR again" in METHODS:
-    drift = [abs(at.tpot_vs_ar[("AR again", r)] - 1) for r in RATES]
-    noise = max(drift)
+if PASSES == 2:  # AR's second pass (the sweep's last run) against its first (the first run)
+
+    def ar_drift(rate):
+        a = ok[(ok.method == "AR") & (ok.rate == rate)].set_index(["pass_", "session", "turn"]).tpot
+        r = (a.loc[1] / a.loc[0]).dropna().groupby(level="session").mean().to_numpy()
+        return stats.bootstrap_ci(r, seed=SEED)
+
+    drift = {r: ar_drift(r) for r in RATES}
+    noise = max(abs(d[0] - 1) for d in drift.values())
     lines.append(
-        "The same AR server run again after all the others gives TPOT "
-        + ", ".join(f"{ratio('AR again', r)} at {r}/s" for r in RATES)
-        + f" times the first: differences of up to {max(drift):.0%} between methods are the machine drifting "
-        "between runs, not the methods."
+        "AR's second pass, the sweep's last run, against its first, the first run: TPOT "
+        + ", ".join(f"{d[0]:.2f} (95% CI {d[1]:.2f}–{d[2]:.2f}) at {r}/s" for r, d in drift.items())
+        + f" times the first. The machine moved by up to {noise:.0%} over the run; every comparison below pools "
+        "both passes (ABBA), which cancels a drift linear in time but not faster fluctuations."
     )
 lines.append(
     f"At the lowest rate ({low}/s, mean batch {bl.mean_batch:.2f}) the best TPOT is **{best_low}**'s, "
@@ -361,10 +382,14 @@ if adaptive:
         )
         + " Their mean draft budget per step: "
         + "; ".join(f"{m} " + ", ".join(f"{at.mean_nodes[(m, r)]:.1f} at {r}/s" for r in RATES) for m in adaptive)
-        + " nodes (0: a plain batched step, where the measured acceptance does not pay for the drafts). Drafting "
-        "nothing is still not AR: every admitted request prefills the draft model too, inside the step loop, so at "
-        "high load, where requests arrive often, the running requests wait for draft prefills the budget does not "
-        "count (prefilling the draft only once drafting is switched on would remove it)."
+        + " nodes (0: a plain batched step, where the measured acceptance does not pay for the drafts). A request's "
+        "draft model is prefilled only at the first step that drafts for it: "
+        + "; ".join(
+            f"{m} {int(st_primed[(m, r)])} prefills for {int(at.requests[(m, r)] / PASSES)} requests at {r}/s"
+            for m in adaptive
+            for r in (low, high)
+        )
+        + "."
     )
 display(Markdown(" ".join(lines)))
 
@@ -384,12 +409,11 @@ display(study.summary())
 # * **Speculation changes no answer.** Under every load and method above, the greedy answers equal plain
 #   decoding's, request by request.
 #
-# Caveats: one small hybrid model trained on Python source, one CPU thread for the server; prefill is
-# not chunked, so a long prompt delays every running request's next step (TTFT and TPOT both see it), and
-# a speculative method prefills its draft model as well, even when its budget then drafts nothing. The
-# methods run one after another, not interleaved: "AR again" shows how far the machine drifted meanwhile.
-# The cache-or-model hybrid uses ArcticInference's fixed rule, not notebook 02's fitted HVD predictor
-# (which was fitted for another target).
+# Caveats: one small Llama trained on Python source and fine-tuned on the agentic formats, one CPU thread
+# for the server; prefill is not chunked, so a long prompt delays every running request's next step (TTFT
+# and TPOT both see it). Drafting is not batched: each request's draft model runs in turn. The methods run
+# one after another (ABBA cancels a linear drift only). The cache-or-model hybrid uses ArcticInference's
+# fixed rule, not notebook 02's fitted HVD predictor.
 
 # %% [markdown]
 # ## Exercises
@@ -399,5 +423,5 @@ display(study.summary())
 #    tokens.
 # 2. **Longer answers.** `-p MAX_TOKENS 128`: TTFT matters less, TPOT more; the sessions' prompts grow
 #    with the earlier answers.
-# 3. **Point any client at it.** `python -m speclib serve hybrid-target --drafter model --draft code-draft
+# 3. **Point any client at it.** `python -m speclib serve agent-target --drafter model --draft agent-draft
 #    --budget adaptive`, then `openai.OpenAI(base_url="http://127.0.0.1:8000/v1", api_key="none")`.

@@ -112,6 +112,14 @@ class Run:
         self.out = [self.root]
         self.done = self.root == self.eos or max_new_tokens <= 1
 
+    def attach(self, drafter) -> None:
+        """Draft with `drafter` from the next step on: a server defers a draft model's prefill until its budget
+        turns drafting on for this request. The drafter is reset on the context before the pending root, as a
+        fresh run's is on the prompt, so its first draft has the root (at least one token) to feed."""
+        drafter.check_compatible(self.target)
+        drafter.reset(self.prompt + self.out[:-1], self.sampling, self.gen)
+        self.drafter, self.drafter_sees_verify = drafter, isinstance(drafter, VerifyObserver)
+
     def draft(self) -> tuple[list[int], list[int]]:
         """Draft a tree; return the tokens and parents to verify (the root token first)."""
         t0 = clock(self.target.device)

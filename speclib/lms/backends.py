@@ -120,7 +120,7 @@ def build(base: LlamaLM, name: str) -> LM:
             model = quantize_dynamic(base.model, {torch.nn.Linear}, dtype=torch.qint8)
         return LlamaLM(model, base.tokenizer, base.device, base.path)
     if name == "torch-compile":
-        base._forward = torch.compile(base._forward, dynamic=True)
+        base._forward = torch.compile(base._forward, dynamic=True)  # the decoder of reset, extend and extend_batch
         return base
     if name in ("onnx", "onnx-int8"):
         return OnnxLM(base, int8=name == "onnx-int8")

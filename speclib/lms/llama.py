@@ -38,47 +38,58 @@ class LlamaLM(HFLM):
         self.cos, self.sin = cos[0], sin[0]
         shape = (cfg.num_hidden_layers, 2, self.n_kv, self.max_length, self.head_dim)
         self.kv = torch.empty(shape, device=device, dtype=self.dtype)  # [L, k/v, Hkv, T, hd]
+        self._forward = _forward  # the decoder (module function); the torch-compile backend swaps in a compiled one
+
+    def view(self) -> LlamaLM:
+        """Another LlamaLM over the same weights with its own KV cache and decoding state (one per request
+        in a batch: `extend_batch`, `speclib.core.generate.generate_batch`, the server's engine)."""
+        return LlamaLM(self.model, self.tokenizer, self.device, self.path)
 
     @torch.inference_mode()
     def reset(self, prompt_ids) -> torch.Tensor:
         ids = self._prompt_ids(prompt_ids)
         self._start(0)
         self._feats_valid = self._features_on()
-        logits = self._forward(ids, torch.arange(ids.numel(), device=self.device), 0, "causal")
+        logits = self._forward([(self, ids, torch.arange(ids.numel(), device=self.device), 0, "causal")])
         self._start(ids.numel())
-        return logits[-1]
+        return logits[0][-1]
 
     @torch.inference_mode()
     def extend(self, tokens, parents) -> torch.Tensor:
+        return self._forward([self._request(tokens, parents)])[0]
+
+    @staticmethod
+    def extend_batch(lms: list[LlamaLM], tokens: list, parents: list) -> list[torch.Tensor]:
+        """Batched-extend capability (speclib.core.protocols.BatchedLM): `lms[r].extend(tokens[r],
+        parents[r])` for every request in ONE forward. The projections, MLPs and LM head run once over
+        all requests' new nodes (the weights are read once); attention runs per request over its own
+        cache. The LMs must share one model (`view`). Returns one [n_r, V] fp32 logits tensor each."""
+        if not lms or len({id(lm.model) for lm in lms}) != 1 or not all(isinstance(lm, LlamaLM) for lm in lms):
+            raise ValueError("extend_batch needs one or more LlamaLMs over the same model (make them with lm.view())")
+        if len(lms) != len(tokens) or len(lms) != len(parents):
+            raise ValueError(f"got {len(lms)} LMs, {len(tokens)} token lists and {len(parents)} parent lists")
+        if len({id(lm) for lm in lms}) != len(lms):
+            raise ValueError("each request needs its own LlamaLM (decoding state); make them with lm.view()")
+        reqs = []
+        with torch.inference_mode():
+            try:
+                for lm, t, p in zip(lms, tokens, parents):
+                    reqs.append(lm._request(t, p))
+            except Exception:  # a bad request: undo the earlier ones, nothing is recorded
+                for lm, _, _, start, _ in reqs:
+                    old = start - lm.n_committed
+                    del lm.pending_parents[old:], lm.pending_depths[old:]
+                raise
+            return lms[0]._forward(reqs)
+
+    def _request(self, tokens, parents) -> tuple:
+        """Check and record an extend's nodes: (lm, ids, positions, first cache slot, mask)."""
         ids, pos, old, chain = self._new_nodes(tokens, parents)
         if chain:
             mask = None if ids.numel() == 1 else "chain"
         else:
             mask = self._tree_allowed(old)  # bool: True = may attend
-        return self._forward(ids, pos, self.n_committed + old, mask)
-
-    def _forward(self, ids, pos, start: int, mask) -> torch.Tensor:
-        """ids, pos: [n]; new keys go to cache slots start..start+n-1; returns fp32 logits [n, V]."""
-        end = start + ids.numel()
-        if isinstance(mask, str) and mask == "chain":
-            mask = torch.arange(end, device=self.device)[None] <= torch.arange(start, end, device=self.device)[:, None]
-        causal = isinstance(mask, str)  # prefill from an empty cache
-        cos, sin = self.cos[pos][None], self.sin[pos][None]  # [1, n, hd]
-        inner = self.model.model
-        x = inner.embed_tokens(ids[None])
-        hidden = [x[0]] if self._features_on() else None  # transformers' hidden_states, [n, d] each
-        for i, layer in enumerate(inner.layers):
-            q, k, v = self.qkv(layer, x, cos, sin)
-            self.kv[i, 0, :, start:end], self.kv[i, 1, :, start:end] = k[0], v[0]
-            keys, values = self.kv[i, 0, :, :end][None], self.kv[i, 1, :, :end][None]
-            x = self.attend_mlp(layer, x, q, keys, values, None if causal else mask, causal)
-            if hidden is not None:
-                hidden.append(x[0])
-        x = inner.norm(x)
-        if hidden is not None:
-            hidden[-1] = x[0]  # the last one is the normed state
-            self._write_features(hidden, start)
-        return self.model.lm_head(x)[0].float()
+        return self, ids, pos, self.n_committed + old, mask
 
     # One layer in two halves, shared with the ONNX export (`backends`), which keeps its cache outside.
     def qkv(self, layer, x, cos, sin):
@@ -92,11 +103,15 @@ class LlamaLM(HFLM):
     def attend_mlp(self, layer, x, q, keys, values, mask, causal: bool = False):
         """The rest of the layer: attention over keys/values [1, Hkv, T, hd] (bool mask [n, T], True =
         may attend), output projection, residuals and MLP."""
+        x = x + layer.self_attn.o_proj(self.attend(q, keys, values, mask, causal))
+        return x + layer.mlp(layer.post_attention_layernorm(x))
+
+    def attend(self, q, keys, values, mask, causal: bool = False) -> torch.Tensor:
+        """Attention of q [1, H, n, hd] over keys/values [1, Hkv, T, hd] -> [1, n, H * hd]."""
         o = F.scaled_dot_product_attention(
             q, keys, values, attn_mask=mask, is_causal=causal, enable_gqa=self.n_kv != self.n_heads
         )
-        x = x + layer.self_attn.o_proj(o.transpose(1, 2).reshape(1, x.shape[1], -1))
-        return x + layer.mlp(layer.post_attention_layernorm(x))
+        return o.transpose(1, 2).reshape(1, q.shape[2], -1)
 
     def _commit(self, path: list[int]) -> None:
         n, keep = self.n_committed, len(path)
@@ -104,3 +119,46 @@ class LlamaLM(HFLM):
             src = torch.tensor(path, device=self.device) + n
             self.kv[:, :, :, n : n + keep] = self.kv[:, :, :, src]
         self._commit_features(path)
+
+
+def _forward(reqs: list[tuple]) -> list[torch.Tensor]:
+    """The decoder over the requests' new tokens, concatenated along the token axis. reqs: (lm, ids [n],
+    positions [n], first cache slot, mask: None, "chain", "causal" (a prefill from an empty cache) or bool
+    [n, slot + n]); new keys go to each lm's cache slots start..start+n-1. Returns fp32 logits [n, V] each."""
+    lm0 = reqs[0][0]
+    sizes = [r[1].numel() for r in reqs]
+    ids, pos = torch.cat([r[1] for r in reqs]), torch.cat([r[2] for r in reqs])
+    spans, masks = [], []
+    for lm, rid, _, start, mask in reqs:
+        end = start + rid.numel()
+        if isinstance(mask, str) and mask == "chain":
+            mask = torch.arange(end, device=lm.device)[None] <= torch.arange(start, end, device=lm.device)[:, None]
+        spans.append((start, end))
+        masks.append(mask)
+    cos, sin = lm0.cos[pos][None], lm0.sin[pos][None]  # [1, N, hd]
+    inner = lm0.model.model
+    x = inner.embed_tokens(ids[None])
+    features = any(r[0]._features_on() for r in reqs)
+    hidden = [x[0]] if features else None  # transformers' hidden_states, [N, d] each
+    for i, layer in enumerate(inner.layers):
+        q, k, v = lm0.qkv(layer, x, cos, sin)
+        outs = []
+        for (lm, *_), (start, end), mask, qr, kr, vr in zip(
+            reqs, spans, masks, q.split(sizes, 2), k.split(sizes, 2), v.split(sizes, 2)
+        ):
+            lm.kv[i, 0, :, start:end], lm.kv[i, 1, :, start:end] = kr[0], vr[0]
+            keys, values = lm.kv[i, 0, :, :end][None], lm.kv[i, 1, :, :end][None]
+            causal = isinstance(mask, str)  # "causal": a prefill from an empty cache
+            outs.append(lm.attend(qr, keys, values, None if causal else mask, causal))
+        x = x + layer.self_attn.o_proj(outs[0] if len(outs) == 1 else torch.cat(outs, 1))
+        x = x + layer.mlp(layer.post_attention_layernorm(x))
+        if hidden is not None:
+            hidden.append(x[0])
+    x = inner.norm(x)
+    if hidden is not None:
+        hidden[-1] = x[0]  # the last one is the normed state
+        for (lm, *_), (start, _), hs in zip(reqs, spans, zip(*(h.split(sizes) for h in hidden))):
+            if lm._features_on():
+                lm._write_features(list(hs), start)
+    logits = lm0.model.lm_head(x)[0].float()
+    return [logits] if len(reqs) == 1 else list(logits.split(sizes))

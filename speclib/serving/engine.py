@@ -12,8 +12,10 @@ gives its prompt with its seed, whatever else is in the batch.
 How many draft nodes each request gets per step is the budget's call (`FixedBudget`, or `AdaptiveBudget`,
 which picks the count with the best predicted throughput at the current batch size from measured
 verify costs and the acceptance seen so far, down to none when plain batched decoding is faster). A
-target without batched extend serves one request at a time. Prefill runs when a request is admitted,
-inside the step loop (no chunked prefill): a long prompt delays the running requests' next step.
+target without batched extend serves one request at a time. The target's prefill runs when a request is
+admitted, inside the step loop (no chunked prefill): a long prompt delays the running requests' next step.
+A drafter is reset on the request's context (its draft model's prefill) only at the first step the budget
+gives that request draft nodes, so a budget that keeps drafting off costs no draft prefills.
 """
 
 from __future__ import annotations
@@ -175,7 +177,8 @@ class Engine:
         self.views = [target.view() for _ in range(max_batch)] if isinstance(target, BatchedLM) else [target]
         self.waiting: collections.deque[Request] = collections.deque()
         self.slots: list[tuple[Request, Run] | None] = [None] * max_batch
-        self.log: list[dict] = []  # one row per step: time, batch, nodes, drafted, accepted, verify_s
+        self.primed = [False] * max_batch  # the slot's drafter has been reset on its request's context
+        self.log: list[dict] = []  # one row per step: time, batch, nodes, drafted, accepted, primed, draft_s, verify_s
         self._ids = itertools.count()
         self._wake = threading.Condition()
         self._thread: threading.Thread | None = None
@@ -268,14 +271,16 @@ class Engine:
                 req.notify("error", req.error)
                 req._done.set()
                 continue
-            try:  # the prefill
-                run = Run(self.views[i], req.prompt, req.max_tokens, self.drafters[i], None, req.sampling, req.seed, -1)
+            try:  # the target's prefill; the drafter's waits until a step drafts (`Run.attach`)
+                if self.drafters[i] is not None:
+                    self.drafters[i].check_compatible(self.views[i])
+                run = Run(self.views[i], req.prompt, req.max_tokens, None, None, req.sampling, req.seed, -1)
             except Exception as e:  # noqa: BLE001 (a request that cannot run fails alone)
                 req.error = f"{type(e).__name__}: {e}"
                 req.notify("error", req.error)
                 req._done.set()
                 continue
-            self.slots[i] = (req, run)
+            self.slots[i], self.primed[i] = (req, run), False
             self._emit(req, run)
             if run.done:
                 self._finish(i)
@@ -308,14 +313,18 @@ class Engine:
             return
         nodes = self.budget(len(live)) if self.budget is not None else None
         t0 = time.perf_counter()
-        drafts = []
+        drafts, primed = [], 0
         for i in live:
             _, run = self.slots[i]
             n = self.sizes[i] if nodes is None else min(nodes, self.sizes[i])
-            if run.drafter is not None and n == 0:
-                run.drafter = None  # a plain step (reattached after it): the drafter catches up next time
-            elif run.drafter is not None and nodes is not None:
-                set_budget(run.drafter, n)
+            run.drafter = None  # a plain step unless this one drafts; the drafter catches up when it next does
+            if n > 0:
+                if not self.primed[i]:
+                    run.attach(self.drafters[i])
+                    self.primed[i], primed = True, primed + 1
+                run.drafter = self.drafters[i]
+                if nodes is not None:
+                    set_budget(run.drafter, n)
             drafts.append(run.draft())
         t1 = time.perf_counter()
         runs = [self.slots[i][1] for i in live]
@@ -330,7 +339,6 @@ class Engine:
         outcomes = []
         for i, r, lg in zip(live, runs, logits):
             r.finish(lg, verify_s)
-            r.drafter = self.drafters[i]
             s = r.steps[-1]
             drafted, accepted = drafted + s["drafted"], accepted + s["accepted"]
             outcomes.append((s["drafted"], s["accepted"]))
@@ -346,6 +354,7 @@ class Engine:
                 nodes=nodes,
                 drafted=drafted,
                 accepted=accepted,
+                primed=primed,
                 draft_s=t1 - t0,
                 verify_s=verify_s,
             )

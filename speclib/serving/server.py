@@ -45,19 +45,24 @@ def make_drafters(kind: str, target, draft_name: str | None, k: int, slots: int,
         return None
     if kind in ("model", "tree", "hybrid") and not draft_name:
         raise ValueError(f"--drafter {kind} needs --draft NAME (a draft LM with the target's tokenizer)")
+    draft = load(draft_name, device=device) if kind in ("model", "tree", "hybrid") else None
+
+    def draft_lm():  # each slot's own decoding state; a view shares the weights where the LM offers one
+        return draft.view() if hasattr(draft, "view") else load(draft_name, device=device)
+
     out = []
     for _ in range(slots):
         if kind == "model":
-            out.append(ModelDrafter(load(draft_name, device=device), k))
+            out.append(ModelDrafter(draft_lm(), k))
         elif kind == "tree":
-            out.append(TreeDrafter(load(draft_name, device=device), budget=k, depth=min(k, 6), top=3))
+            out.append(TreeDrafter(draft_lm(), budget=k, depth=min(k, 6), top=3))
         elif kind == "self":
             out.append(SelfDrafter(target, k))
         elif kind == "lookup":
             out.append(PromptLookupDrafter(k=k))
         elif kind == "hybrid":
             caches = [PromptLookupDrafter(k=2 * k), SuffixDrafter(max_spec=2 * k)]
-            out.append(HybridDrafter(caches, ModelDrafter(load(draft_name, device=device), k), policy="arctic"))
+            out.append(HybridDrafter(caches, ModelDrafter(draft_lm(), k), policy="arctic"))
         else:
             raise ValueError(f"unknown drafter {kind!r}: one of {', '.join(DRAFTERS)}")
     return out
