@@ -279,3 +279,17 @@ def test_adaptive_budget_alpha_and_choice():
     assert expected_tokens(tree.alpha, 8) == pytest.approx(2.0, abs=1e-3) and tree.alpha < 0.51
     steep = {(b, n): 0.01 * b * (1 + n) for b in (1, 4) for n in range(9)}  # n drafts cost n plain passes
     assert AdaptiveBudget(steep, 0.0, 8, alpha0=0.9)(4) == 0  # never worth it: E(alpha, n) < n + 1
+
+
+def test_adaptive_budget_fits_a_line_to_noisy_costs():
+    """The n >= 1 verify costs of each batch size become their least-squares line (a line stays exact), the
+    plain step stays as measured, and the budget then follows the line, not the noise."""
+    from speclib.serving.engine import linear_in_nodes
+
+    exact = {(b, n): 0.01 * b + 0.002 * n * b for b in (1, 4) for n in range(5)}
+    assert all(abs(linear_in_nodes(exact)[key] - v) < 1e-12 for key, v in exact.items())
+    noisy = dict(exact) | {(1, 3): 0.001}  # one implausibly cheap measurement
+    fitted = linear_in_nodes(noisy)
+    assert fitted[(1, 0)] == noisy[(1, 0)] and fitted[(4, 2)] == pytest.approx(exact[(4, 2)])
+    assert all(fitted[(1, n)] < fitted[(1, n + 1)] for n in range(1, 4))
+    assert AdaptiveBudget(noisy, 0.0, 4, alpha0=0.3).verify_s == fitted

@@ -100,7 +100,8 @@ if unknown:
     raise ValueError(f"unknown METHODS {unknown}: choose from {sorted(ARGS)}")
 if "AR" not in METHODS or PASSES not in (1, 2):
     raise ValueError(f"METHODS must include 'AR' (every comparison is against it) and PASSES be 1 or 2, got {PASSES}")
-sessions = load.agent_sessions(seed=SEED)[:N_SESSIONS]
+all_sessions = load.agent_sessions(seed=SEED)
+sessions, warmup_sessions = all_sessions[:N_SESSIONS], all_sessions[N_SESSIONS : N_SESSIONS + 2]
 meta = dict(seed=SEED, target=TARGET, draft=DRAFT, smoke=SMOKE)
 study = Study(NB, globals(), mode=RESULTS, publish=PUBLISH, always=dict(SMOKE=SMOKE))
 print(
@@ -118,6 +119,8 @@ print(
 # each verifying a chain of `n` nodes plus its root, one forward (`extend_batch`), median of repeats,
 # at one torch thread as the server runs. **Look at** the ratio `T(b, n) / T(b, 0)`: the price of
 # drafting `n` tokens per request at batch `b`, against the `E(α, n)` tokens it can yield.
+# Single medians of passes this short are noisy from one `n` to the next; the server's adaptive budget
+# therefore prices `n ≥ 1` by a least-squares line in `n` per batch size (`engine.linear_in_nodes`).
 
 
 # %%
@@ -146,13 +149,14 @@ display(
 # ## 2 · The load sweep
 #
 # **How.** For each method, in order and then (`PASSES = 2`) in reverse, the notebook starts `python -m
-# speclib serve TARGET ...` on a free loopback port (`load.served`), runs every rate in turn — `N_SESSIONS` sessions arriving as a Poisson process,
-# each turn streamed with temperature 0 and `MAX_TOKENS` tokens — records every request from the
-# client side and the server's step log, and stops the server. The server runs at one torch thread,
-# the client on the other core. **The check:** with greedy decoding every method must produce the same
-# answers, so every request's text must equal AR's (first pass) for the same session and turn (a later turn's
-# prompt contains the earlier answers, so one wrong token would show up in every later turn), and no
-# request may fail.
+# speclib serve TARGET ...` on a free loopback port (`load.served`), sends two warm-up sessions it does
+# not record, runs every rate in turn — `N_SESSIONS` sessions arriving as a Poisson process, each turn
+# streamed with temperature 0 and `MAX_TOKENS` tokens — records every request from the client side and
+# the server's step log, and stops the server. The server runs at one torch thread, the client on the
+# other core. **The check:** with greedy decoding every method must produce the same answers, so every
+# request's text must equal AR's (first pass) for the same session and turn (a later turn's prompt
+# contains the earlier answers, so one wrong token would show up in every later turn), and no request
+# may fail.
 
 
 # %%
@@ -161,6 +165,9 @@ def load_sweep():
     for p in range(PASSES):
         for method in METHODS if p == 0 else METHODS[::-1]:
             with load.served(TARGET, *ARGS[method], "--max-batch", str(MAX_BATCH)) as url:
+                # a warm-up, not recorded: a fresh server's first requests pay one-off costs (allocations,
+                # lazy initialisation) that would land on whichever rate ran first
+                load.run_load_blocking(url, TARGET, warmup_sessions, max(RATES), MAX_TOKENS, DURATION_S, seed=SEED + 1)
                 for rate in RATES:
                     start = len(load.server_steps(url))
                     r = load.run_load_blocking(url, TARGET, sessions, rate, MAX_TOKENS, DURATION_S, seed=SEED)
@@ -331,6 +338,10 @@ if PASSES == 2:  # AR's second pass (the sweep's last run) against its first (th
         return stats.bootstrap_ci(r, seed=SEED)
 
     drift = {r: ar_drift(r) for r in RATES}
+    results.save(
+        pd.DataFrame([dict(rate=r, tpot_ratio=d[0], lo=d[1], hi=d[2]) for r, d in drift.items()]).assign(**meta),
+        f"{NB}/drift",
+    )
     noise = max(abs(d[0] - 1) for d in drift.values())
     lines.append(
         "AR's second pass, the sweep's last run, against its first, the first run: TPOT "

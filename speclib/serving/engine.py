@@ -84,12 +84,13 @@ class FixedBudget:
 class AdaptiveBudget:
     """The draft budget with the best predicted throughput at the batch size:
     argmax_n  batch * E(alpha, n) / (T_verify(batch, n) + batch * n * t_draft), n in 0..max_nodes,
-    where T_verify comes from `calibrate` (measured on this machine at each batch size), t_draft is the
-    drafter's measured seconds per node and alpha the acceptance seen so far (`observe`; `alpha0` until
-    then). n = 0 is plain batched decoding."""
+    where T_verify comes from `calibrate` (measured on this machine at each batch size; for n >= 1 a
+    least-squares line in n per batch size, so that timing noise between neighbouring n does not steer
+    the argmax), t_draft is the drafter's measured seconds per node and alpha the acceptance seen so far
+    (`observe`; `alpha0` until then). n = 0 is plain batched decoding (its measured time)."""
 
     def __init__(self, verify_s: dict[tuple[int, int], float], draft_token_s: float, max_nodes: int, alpha0=0.6):
-        self.verify_s, self.draft_token_s, self.max_nodes = verify_s, draft_token_s, max_nodes
+        self.verify_s, self.draft_token_s, self.max_nodes = linear_in_nodes(verify_s), draft_token_s, max_nodes
         self.batches = sorted({b for b, _ in verify_s})
         self.alpha = alpha0
         self.nodes = self.tokens = self.count = 0.0  # exponentially decayed sums over drafted steps
@@ -120,6 +121,20 @@ class AdaptiveBudget:
                 mid = (lo + hi) / 2
                 lo, hi = (mid, hi) if expected_tokens(mid, n) < want else (lo, mid)
             self.alpha = (lo + hi) / 2
+
+
+def linear_in_nodes(verify_s: dict[tuple[int, int], float]) -> dict[tuple[int, int], float]:
+    """{(batch, n): s} with the n >= 1 entries of each batch size replaced by their least-squares line in n
+    (n = 0, a plain step without a draft's mask, kept as measured; a batch size with one n >= 1 kept too)."""
+    out = dict(verify_s)
+    for b in {b for b, _ in verify_s}:
+        pts = [(n, s) for (bb, n), s in verify_s.items() if bb == b and n >= 1]
+        if len(pts) < 2:
+            continue
+        mn, ms = statistics.fmean(n for n, _ in pts), statistics.fmean(s for _, s in pts)
+        slope = sum((n - mn) * (s - ms) for n, s in pts) / sum((n - mn) ** 2 for n, _ in pts)
+        out |= {(b, n): ms + slope * (n - mn) for n, _ in pts}
+    return out
 
 
 @torch.inference_mode()

@@ -157,8 +157,16 @@ def _rows_08() -> list[tuple[str, str, str]]:
                 "summary.parquet",
             )
         )
+    drift = results.load("08_serving/drift")
+    rows.append(
+        (
+            "AR's TPOT in the sweep's last run over its first (the drift that ABBA ordering cancels)",
+            ", ".join(f"{r.tpot_ratio:.2f} ({ci(r.lo, r.hi)}) at {r.rate:g}/s" for r in drift.itertuples()),
+            "drift.parquet",
+        )
+    )
     req = results.load("08_serving/requests")
-    ar = req[req.method == "AR"].set_index(["rate", "session", "turn"]).text
+    ar = req[(req.method == "AR") & (req.pass_ == 0)].set_index(["rate", "session", "turn"]).text
     same = sum(ar.get((r.rate, r.session, r.turn)) == r.text for r in req.itertuples())
     rows.append(
         (
