@@ -140,7 +140,7 @@ from speclib.workbook.plotting import savefig, style
 from speclib.workbook.study import Study
 
 if SMOKE:
-    K_MAX, N_PILOT, N_PROMPTS, ROUNDS, MAX_NEW_TOKENS = 3, 2, 2, 2, 24
+    K_MAX, N_PILOT, N_PROMPTS, ROUNDS, MAX_NEW_TOKENS = 3, 2, 2, 1, 24
     CHI2_TOKENS, N_CALIBRATION, N_EXACT_PAIRS, LATENCY_REPEATS = 640, 20, 100, 3
     HEAD_TREES = [[3, 6]]
     OVERLAP_SETTINGS = [[2, 2]]

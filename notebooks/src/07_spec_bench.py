@@ -123,7 +123,7 @@ if SMOKE:
     LOOKUP_GRID, SUFFIX_GRID, HEAD_KS = [[2, 4], [2, 8]], [8], [2]
     RUNTIMES, RUNTIME_KS, RUNTIME_PER_TASK = ["torch", "torch-int8"], [2, 4], 1
     RECYCLING_NODES = [1, 3]
-    REST_SOURCE, REST_ANSWERS, REST_NODES = "prompts", 200, [4]
+    REST_SOURCE, REST_ANSWERS, REST_NODES = "prompts", 100, [4]
     LOOKAHEAD_GRID = [[1, 3, 1]]
 NB = "07_spec_bench"
 GREEDY, T1 = Sampling(0.0), Sampling(1.0)
