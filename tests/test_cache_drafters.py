@@ -400,6 +400,20 @@ def test_payoff_predictor_ignores_a_feature_constant_in_training():
     np.testing.assert_array_equal(p.predict(moved), p.predict(X[:20]))
 
 
+def test_payoff_predictor_save_load_round_trip(tmp_path):
+    p = _fitted_predictor()
+    p.save(tmp_path / "p.npz")
+    q = PayoffPredictor.load(tmp_path / "p.npz")
+    X = np.random.default_rng(5).random((50, len(FEATURES))) * 6
+    X[:, FEATURES.index("draft_len")] = np.arange(50) % 9  # longer drafts than the fit saw, too
+    np.testing.assert_array_equal(q.survival(X), p.survival(X))
+    with pytest.raises(RuntimeError, match="before fit"):
+        PayoffPredictor().save(tmp_path / "unfitted.npz")
+    np.savez(tmp_path / "other.npz", features=np.array(["a", "b"]))
+    with pytest.raises(ValueError, match="refit"):
+        PayoffPredictor.load(tmp_path / "other.npz")
+
+
 # --- HVD over every source: chain and tree caches together ---------------------------------------------
 
 from speclib import RestDrafter, TokenRecycling  # noqa: E402

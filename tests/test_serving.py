@@ -99,6 +99,59 @@ def test_engine_batches_a_llama_target():
     assert max(s["batch"] for s in engine.log) == 3
 
 
+class FailingLookup(PromptLookupDrafter):
+    """Prompt lookup that cannot start on a prompt holding `bad`: an unexpected drafter error."""
+
+    bad = -1
+
+    def reset(self, prompt, *a):
+        if FailingLookup.bad in prompt:
+            raise RuntimeError("this drafter cannot start here")
+        super().reset(prompt, *a)
+
+
+def test_a_failing_drafter_fails_its_request_alone(target):
+    """A drafter that raises on one request's context fails that request; the others in the same steps
+    finish with offline generate's output and the engine keeps serving."""
+    prompts = [target.encode(t) for t in TEXTS[:3]]
+    FailingLookup.bad = max(set(prompts[1]) - set(prompts[0]) - set(prompts[2]))
+    with Engine(target, [FailingLookup(k=3) for _ in range(3)], max_batch=3) as engine:
+        reqs = [engine.submit(p, n) for p, n in zip(prompts, LENGTHS)]
+        with pytest.raises(RuntimeError, match="cannot start here"):
+            reqs[1].result(120)
+        assert [reqs[i].result(120) for i in (0, 2)] == [offline(target, prompts[i], LENGTHS[i]) for i in (0, 2)]
+        again = engine.submit(prompts[0], 5)
+        assert again.result(120) == offline(target, prompts[0], 5)
+
+
+def test_engine_serves_hvd_with_a_fitted_predictor(tmp_path):
+    """--drafter hvd: a predictor fitted on logged cache candidates, saved and loaded, chooses between the
+    caches and the draft chain per request; outputs equal offline AR (greedy)."""
+    import pandas as pd
+
+    from speclib import HybridDrafter, ModelDrafter
+    from speclib.drafters.hybrid import PayoffPredictor, feature_matrix
+    from speclib.serving.server import make_drafters, serving_caches
+
+    target, draft = speclib.load("agent-target"), speclib.load("agent-draft")
+    prompts = [target.encode(t) for t in TEXTS]
+    logs = []
+    for p in prompts:
+        d = HybridDrafter(serving_caches(3), ModelDrafter(draft.view(), 3), "cache")
+        generate(target.view(), p, 24, drafter=d)
+        logs += [r for r in d.log if r["drafted"] > 0]
+    logs = pd.DataFrame(logs)
+    PayoffPredictor(steps=100).fit(feature_matrix(logs), logs.accepted.to_numpy()).save(tmp_path / "p.npz")
+    with pytest.raises(ValueError, match="--predictor"):
+        make_drafters("hvd", target, "agent-draft", 3, 2)
+    drafters = make_drafters("hvd", target, "agent-draft", 3, 2, predictor=PayoffPredictor.load(tmp_path / "p.npz"))
+    assert drafters[0].costs.verify_s.keys() == set(range(1, 8))
+    with Engine(target, drafters, max_batch=2) as engine:
+        reqs = [engine.submit(p, n) for p, n in zip(prompts, LENGTHS)]
+        assert [r.result(120) for r in reqs] == [offline(target, p, n) for p, n in zip(prompts, LENGTHS)]
+    assert sum(s["drafted"] for s in engine.log) > 0
+
+
 def test_engine_seeded_sampling_equals_offline(target):
     """At temperature 1 each request draws from its own generator: the same tokens as generate(seed)."""
     prompts = [target.encode(t) for t in TEXTS[:3]]
@@ -230,11 +283,12 @@ def test_a_client_that_disconnects_frees_its_slot(server, target):
 def test_load_generator_sessions(server, target):
     """Poisson-arriving sessions through the openai client: every turn answered, timed, and (greedy) the
     same text as offline decoding of the session so far; chat sessions carry the model's own answers."""
-    from speclib.research.load import run_load_blocking
+    from speclib.research.load import replay_sessions, run_load_blocking
 
     url, _ = server
     sessions = [[TEXTS[0], TEXTS[1]], [TEXTS[3]]]
     rows = run_load_blocking(f"{url}/v1", "hybrid-target", sessions, rate=5.0, max_tokens=6, duration_s=5, seed=1)
+    rows_by = {(r["session"], r["turn"]): r["text"] for r in rows}
     assert sorted((r["session"], r["turn"]) for r in rows) == [(0, 0), (0, 1), (1, 0)]
     assert all(r["error"] is None and r["tokens"] == 6 and 0 < r["ttft"] <= r["e2e"] for r in rows)
     first = next(r for r in rows if (r["session"], r["turn"]) == (0, 0))
@@ -242,6 +296,8 @@ def test_load_generator_sessions(server, target):
     assert first["text"] == target.decode(offline(target, target.encode(TEXTS[0]), 6, SelfDrafter(target, 3)))
     context = TEXTS[0] + first["text"] + "\n" + TEXTS[1]
     assert second["text"] == target.decode(offline(target, target.encode(context), 6, SelfDrafter(target, 3)))
+    replayed = replay_sessions(target, sessions, lambda ids: offline(target, ids, 6, SelfDrafter(target, 3)))
+    assert [r["text"] for r in replayed] == [first["text"], second["text"], rows_by[(1, 0)]]
     chat = run_load_blocking(f"{url}/v1", "hybrid-target", [["hi", "more"]], rate=5.0, max_tokens=4, chat=True)
     assert [r["turn"] for r in chat] == [0, 1] and all(r["error"] is None and r["tokens"] == 4 for r in chat)
     with pytest.raises(ValueError, match="rate"):

@@ -63,29 +63,37 @@ RATES = [0.1, 0.3, 1.0]  # session arrivals per second
 N_SESSIONS = 8  # sessions per rate (each 2-3 turns)
 DURATION_S = 60  # no session starts later than this after the first
 MAX_TOKENS = 48  # tokens per answer
-METHODS = ["AR", "chain", "chain adaptive", "tree", "tree adaptive", "lookup", "hybrid"]
+METHODS = ["AR", "chain", "chain adaptive", "tree", "tree adaptive", "lookup", "hybrid", "hvd"]
+PILOT_SESSIONS = 8  # sessions, apart from the measured and warm-up ones, that HVD's predictor is fitted on
 PASSES = 2  # 2: the methods in order, then in reverse (ABBA: a linear drift cancels); 1: in order only
 RESULTS = "auto"  # auto: reuse results saved with these parameters, else compute; "recompute"; "reuse"
 PUBLISH = False  # True: a run with non-default parameters also replaces data/results and figures/
 
 # %%
+import tempfile
+from pathlib import Path
+
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 from IPython.display import Markdown, display
 
 import speclib
-from speclib.research import load, stats
+from speclib import HybridDrafter, ModelDrafter, Sampling
+from speclib.drafters.hybrid import PayoffPredictor, feature_matrix
+from speclib.research import bench, load, stats
 from speclib.serving.engine import calibrate
+from speclib.serving.server import serving_caches
 from speclib.workbook import results
 from speclib.workbook.plotting import savefig, style
 from speclib.workbook.study import Study
 
 if SMOKE:
     RATES, N_SESSIONS, MAX_TOKENS, DURATION_S, TREE_BUDGET = [0.5, 4.0], 2, 8, 10, K
-    METHODS, PASSES = ["AR", "chain adaptive"], 1
+    METHODS, PASSES, PILOT_SESSIONS = ["AR", "chain adaptive", "hvd"], 1, 1
 NB = "08_serving"
 style()
+HVD_FILE = Path(tempfile.mkdtemp()) / "hvd_predictor.npz"  # fitted in section 2, read by the hvd server
 ARGS = {  # method -> `python -m speclib serve` arguments
     "AR": ["--drafter", "none"],
     "chain": ["--drafter", "model", "--draft", DRAFT, "--k", str(K)],
@@ -94,6 +102,7 @@ ARGS = {  # method -> `python -m speclib serve` arguments
     "tree adaptive": ["--drafter", "tree", "--draft", DRAFT, "--k", str(TREE_BUDGET), "--budget", "adaptive"],
     "lookup": ["--drafter", "lookup", "--k", str(LOOKUP_K)],
     "hybrid": ["--drafter", "hybrid", "--draft", DRAFT, "--k", str(K)],
+    "hvd": ["--drafter", "hvd", "--draft", DRAFT, "--k", str(K), "--predictor", str(HVD_FILE)],
 }
 unknown = sorted(set(METHODS) - set(ARGS))
 if unknown:
@@ -102,6 +111,9 @@ if "AR" not in METHODS or PASSES not in (1, 2):
     raise ValueError(f"METHODS must include 'AR' (every comparison is against it) and PASSES be 1 or 2, got {PASSES}")
 all_sessions = load.agent_sessions(seed=SEED)
 sessions, warmup_sessions = all_sessions[:N_SESSIONS], all_sessions[N_SESSIONS : N_SESSIONS + 2]
+pilot_sessions = all_sessions[N_SESSIONS + 2 : N_SESSIONS + 2 + PILOT_SESSIONS]
+if "hvd" in METHODS and not pilot_sessions:
+    raise ValueError(f"no sessions left for HVD's pilot: {len(all_sessions)} sessions, N_SESSIONS = {N_SESSIONS}")
 meta = dict(seed=SEED, target=TARGET, draft=DRAFT, smoke=SMOKE)
 study = Study(NB, globals(), mode=RESULTS, publish=PUBLISH, always=dict(SMOKE=SMOKE))
 print(
@@ -146,7 +158,73 @@ display(
 )
 
 # %% [markdown]
-# ## 2 · The load sweep
+# ## 2 · Fitting HVD's payoff predictor on pilot sessions
+#
+# **Why.** The `hybrid` server chooses between the caches (prompt lookup, the suffix tree) and the draft
+# chain by ArcticInference's fixed rule; `hvd` chooses by notebook 02's Hybrid Verified Decoding: a payoff
+# predictor gives each cache candidate's distribution of accepted length from its features, and the
+# candidate (or prefix of it) with the most expected tokens per second of measured cost wins, against the
+# chain priced by its running acceptance. **How.** `PILOT_SESSIONS` agent sessions that are neither
+# measured nor warm-ups are replayed offline exactly as the load generator sends them
+# (`load.replay_sessions`), decoded greedily with the server's caches (`serving_caches`) ranked first in
+# turn, so that candidates of both are logged with their accepted lengths; the draft chain alone on the
+# same turns gives the model's prior acceptance. The predictor is fitted on those logs only and handed to
+# the server as a file (`--predictor`, `--model-prior`); the server measures the costs itself at start
+# (one request's verify pass, `serving.server.hvd_costs`).
+
+
+# %%
+def hvd_pilot():
+    target, draft = speclib.load(TARGET), speclib.load(DRAFT)
+    logs, steps = [], []
+
+    def answer(make_drafter, keep):
+        def run(ids):
+            d = make_drafter()
+            g = speclib.generate(target, ids, MAX_TOKENS, drafter=d, sampling=Sampling(0.0))
+            keep(d, g)
+            return g.tokens
+
+        return run
+
+    for first in range(2):  # each cache ranked first in turn: the fixed "cache" policy logs the first one's
+        load.replay_sessions(
+            target,
+            pilot_sessions,
+            answer(
+                lambda: HybridDrafter(
+                    serving_caches(K)[first:] + serving_caches(K)[:first], ModelDrafter(draft, K), "cache"
+                ),
+                lambda d, g: logs.extend(r for r in d.log if r["drafted"] > 0),
+            ),
+        )
+    load.replay_sessions(
+        target, pilot_sessions, answer(lambda: ModelDrafter(draft, K), lambda d, g: steps.extend(g.stats.steps))
+    )
+    model = pd.DataFrame(steps)[["drafted", "accepted"]]
+    return {"hvd_logs": pd.DataFrame(logs).assign(**meta), "hvd_model_steps": model.assign(**meta)}
+
+
+if "hvd" in METHODS:
+    pilot = study.step("hvd_pilot", hvd_pilot, uses=["TARGET", "DRAFT", "K", "MAX_TOKENS", "PILOT_SESSIONS"])
+    hvd_logs = pilot["hvd_logs"]
+    predictor = PayoffPredictor(seed=SEED).fit(feature_matrix(hvd_logs), hvd_logs.accepted.to_numpy())
+    predictor.save(HVD_FILE)
+    model_prior = bench.token_acceptance(pilot["hvd_model_steps"].to_dict("records"))
+    ARGS["hvd"] += ["--model-prior", f"{model_prior:.4f}"]
+    by_source = hvd_logs.groupby("cache_source").accepted.agg(["size", "mean"])
+    display(
+        Markdown(
+            f"{len(pilot_sessions)} pilot sessions, {sum(map(len, pilot_sessions))} turns: "
+            + "; ".join(
+                f"{int(n)} {s} candidates, {m:.2f} tokens accepted on average" for s, (n, m) in by_source.iterrows()
+            )
+            + f". The draft chain's per-token acceptance on the same turns: {model_prior:.3f} (HVD's prior for it)."
+        )
+    )
+
+# %% [markdown]
+# ## 3 · The load sweep
 #
 # **How.** For each method, in order and then (`PASSES = 2`) in reverse, the notebook starts `python -m
 # speclib serve TARGET ...` on a free loopback port (`load.served`), sends two warm-up sessions it does
@@ -192,6 +270,7 @@ sweep = study.step(
         "MAX_TOKENS",
         "METHODS",
         "PASSES",
+        "PILOT_SESSIONS",
     ],
 )
 req, steps = sweep["requests"], sweep["steps"]
@@ -215,7 +294,7 @@ display(
 )
 
 # %% [markdown]
-# ## 3 · Latency and throughput against load
+# ## 4 · Latency and throughput against load
 #
 # **Reading the figure.** x: session arrivals per second. Top left: TPOT, the median over requests of
 # the time per output token after the first (the client's view of decoding speed). Top right: its 99th
@@ -429,8 +508,8 @@ display(study.summary())
 # Caveats: one small Llama trained on Python source and fine-tuned on the agentic formats, one CPU thread
 # for the server; prefill is not chunked, so a long prompt delays every running request's next step (TTFT
 # and TPOT both see it). Drafting is not batched: each request's draft model runs in turn. The methods run
-# one after another (ABBA cancels a linear drift only). The cache-or-model hybrid uses ArcticInference's
-# fixed rule, not notebook 02's fitted HVD predictor.
+# one after another (ABBA cancels a linear drift only). HVD prices its choices with one request's verify
+# cost (batch 1) at every load, and its predictor is fitted on a few pilot sessions of the same workloads.
 
 # %% [markdown]
 # ## Exercises

@@ -231,6 +231,23 @@ class PayoffPredictor:
             raise RuntimeError("PayoffPredictor.predict before fit")
         return self.survival(X).sum(1)
 
+    def save(self, path) -> None:
+        """The fitted predictor as one .npz (what `load` reads back; a server takes it with --predictor)."""
+        if self.weights is None:
+            raise RuntimeError("PayoffPredictor.save before fit")
+        w = {f"w{i}": a for i, a in enumerate(self.weights)}
+        np.savez(path, features=np.array(FEATURES), L=self.L, mu=self.mu, scale=self.scale, **w)
+
+    @classmethod
+    def load(cls, path) -> PayoffPredictor:
+        with np.load(path) as z:
+            if tuple(z["features"]) != FEATURES:
+                raise ValueError(f"{path} was fitted on other features ({list(z['features'])}); refit it")
+            p = cls()
+            p.L, p.mu, p.scale = int(z["L"]), z["mu"], z["scale"]
+            p.weights = [z[f"w{i}"] for i in range(sum(k.startswith("w") for k in z.files))]
+        return p
+
 
 @dataclass
 class _Recent:

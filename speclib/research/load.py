@@ -65,6 +65,23 @@ def cut_left(text: str, max_chars: int) -> str:
     return tail[tail.find("\n") + 1 :] if "\n" in tail else tail
 
 
+def replay_sessions(lm, sessions: list[list[str]], answer, max_chars: int = 2400) -> list[dict]:
+    """Sessions offline, each turn's prompt built as `run_load` builds it for /v1/completions (the session
+    so far cut to `max_chars`, tokenized as the server does); answer(prompt_ids) -> the answer's tokens
+    (greedy decoding, with any lossless drafter, gives the server's). One row per turn: session, turn,
+    prompt_ids, tokens, text."""
+    rows = []
+    for i, turns in enumerate(sessions):
+        history = ""
+        for j, task in enumerate(turns):
+            prompt = cut_left(history + task, max_chars)
+            ids = lm.encode(prompt)
+            tokens = answer(ids)
+            rows.append(dict(session=i, turn=j, prompt_ids=ids, tokens=tokens, text=lm.decode(tokens)))
+            history = prompt + rows[-1]["text"] + "\n"
+    return rows
+
+
 async def _request(client, model, prompt, max_tokens, timeout_s) -> dict:
     """One streamed request; `prompt` is a string (completions) or a list of messages (chat)."""
     t0 = time.perf_counter()

@@ -328,19 +328,26 @@ class Engine:
             return
         nodes = self.budget(len(live)) if self.budget is not None else None
         t0 = time.perf_counter()
-        drafts, primed = [], 0
+        drafts, primed, drafting = [], 0, []
         for i in live:
             _, run = self.slots[i]
             n = self.sizes[i] if nodes is None else min(nodes, self.sizes[i])
             run.drafter = None  # a plain step unless this one drafts; the drafter catches up when it next does
-            if n > 0:
-                if not self.primed[i]:
-                    run.attach(self.drafters[i])
-                    self.primed[i], primed = True, primed + 1
-                run.drafter = self.drafters[i]
-                if nodes is not None:
-                    set_budget(run.drafter, n)
-            drafts.append(run.draft())
+            try:
+                if n > 0:
+                    if not self.primed[i]:
+                        self.primed[i], primed = True, primed + 1
+                        run.attach(self.drafters[i])
+                    run.drafter = self.drafters[i]
+                    if nodes is not None:
+                        set_budget(run.drafter, n)
+                drafts.append(run.draft())
+                drafting.append(i)
+            except Exception as e:  # noqa: BLE001 (a drafter that fails on one request fails that request alone)
+                self._finish(i, f"{type(e).__name__}: {e}")
+        live = drafting
+        if not live:
+            return
         t1 = time.perf_counter()
         runs = [self.slots[i][1] for i in live]
         if isinstance(self.target, BatchedLM):

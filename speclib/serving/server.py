@@ -23,34 +23,60 @@ import uuid
 from speclib.core.sampling import Sampling
 from speclib.serving.engine import AdaptiveBudget, Engine, FixedBudget, calibrate
 
-DRAFTERS = ("none", "model", "tree", "self", "lookup", "hybrid")
+DRAFTERS = ("none", "model", "tree", "self", "lookup", "hybrid", "hvd")
 
 
-def make_drafters(kind: str, target, draft_name: str | None, k: int, slots: int, device="cpu") -> list | None:
+def serving_caches(k: int) -> list:
+    """The cache drafters of --drafter hybrid and hvd (fit an HVD predictor on logs of these)."""
+    from speclib.drafters import PromptLookupDrafter, SuffixDrafter
+
+    return [PromptLookupDrafter(k=2 * k), SuffixDrafter(max_spec=2 * k)]
+
+
+def hvd_costs(target, model_drafter, k: int):
+    """HVD's prices on this machine: one request's verify pass over 1..2k + 1 tokens (`calibrate` at batch 1,
+    a least-squares line in n as `Costs.fitted` draws it) and the model drafter's seconds per token. The
+    caches' own drafting is left at 0: both caches draft at every step whatever is chosen, so it does not
+    change the choice."""
+    from speclib.drafters.hybrid import Costs
+
+    cal = calibrate(target, (1,), 2 * k, repeats=5)
+    ns = [n + 1 for b, n in cal if n >= 1]
+    return Costs.fitted(ns, [cal[(1, n - 1)] for n in ns], draft_cost(model_drafter, target), n_max=2 * k + 1)
+
+
+def make_drafters(
+    kind: str,
+    target,
+    draft_name: str | None,
+    k: int,
+    slots: int,
+    device="cpu",
+    predictor=None,
+    model_prior: float = 0.5,
+) -> list | None:
     """One drafter per slot: `model` (a chain from --draft, one draft state per slot), `tree` (an EAGLE-2
     style tree of k nodes from --draft), `self` (the hybrid target's linear-attention layers), `lookup`
     (prompt lookup), `hybrid` (prompt lookup and a suffix tree as caches, the --draft chain otherwise, by
-    ArcticInference's rule: a cache draft when its score reaches k), `none` (plain decoding)."""
-    from speclib.drafters import (
-        HybridDrafter,
-        ModelDrafter,
-        PromptLookupDrafter,
-        SelfDrafter,
-        SuffixDrafter,
-        TreeDrafter,
-    )
+    ArcticInference's rule: a cache draft when its score reaches k), `hvd` (the same sources chosen by
+    Hybrid Verified Decoding: `predictor`, a fitted `PayoffPredictor`, prices each cache candidate, the
+    model chain is priced by its running acceptance from `model_prior`, the costs measured here at start),
+    `none` (plain decoding)."""
+    from speclib.drafters import HybridDrafter, ModelDrafter, PromptLookupDrafter, SelfDrafter, TreeDrafter
     from speclib.lms.loading import load
 
     if kind == "none":
         return None
-    if kind in ("model", "tree", "hybrid") and not draft_name:
+    if kind in ("model", "tree", "hybrid", "hvd") and not draft_name:
         raise ValueError(f"--drafter {kind} needs --draft NAME (a draft LM with the target's tokenizer)")
-    draft = load(draft_name, device=device) if kind in ("model", "tree", "hybrid") else None
+    if kind == "hvd" and predictor is None:
+        raise ValueError("--drafter hvd needs --predictor FILE (a fitted PayoffPredictor, PayoffPredictor.save)")
+    draft = load(draft_name, device=device) if kind in ("model", "tree", "hybrid", "hvd") else None
 
     def draft_lm():  # each slot's own decoding state; a view shares the weights where the LM offers one
         return draft.view() if hasattr(draft, "view") else load(draft_name, device=device)
 
-    out = []
+    out, costs = [], None
     for _ in range(slots):
         if kind == "model":
             out.append(ModelDrafter(draft_lm(), k))
@@ -61,8 +87,11 @@ def make_drafters(kind: str, target, draft_name: str | None, k: int, slots: int,
         elif kind == "lookup":
             out.append(PromptLookupDrafter(k=k))
         elif kind == "hybrid":
-            caches = [PromptLookupDrafter(k=2 * k), SuffixDrafter(max_spec=2 * k)]
-            out.append(HybridDrafter(caches, ModelDrafter(draft_lm(), k), policy="arctic"))
+            out.append(HybridDrafter(serving_caches(k), ModelDrafter(draft_lm(), k), policy="arctic"))
+        elif kind == "hvd":
+            model = ModelDrafter(draft_lm(), k)
+            costs = costs or hvd_costs(target, model, k)
+            out.append(HybridDrafter(serving_caches(k), model, "hvd", predictor, costs, model_prior=model_prior))
         else:
             raise ValueError(f"unknown drafter {kind!r}: one of {', '.join(DRAFTERS)}")
     return out
@@ -225,10 +254,14 @@ def build_app(engine: Engine, model_name: str):
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m speclib serve", description=__doc__.split("\n\n")[0])
     ap.add_argument("model", help="a shipped model name or a local folder (speclib.load)")
-    ap.add_argument("--draft", help="the draft LM for --drafter model/tree")
+    ap.add_argument("--draft", help="the draft LM for --drafter model/tree/hybrid/hvd")
     ap.add_argument("--drafter", choices=DRAFTERS, default=None, help="default: model with --draft, else none")
     ap.add_argument("--k", type=int, default=4, help="draft nodes per request per step (the budget's ceiling)")
     ap.add_argument("--budget", choices=("fixed", "adaptive"), default="fixed")
+    ap.add_argument("--predictor", help="--drafter hvd: a fitted PayoffPredictor (.npz, PayoffPredictor.save)")
+    ap.add_argument(
+        "--model-prior", type=float, default=0.5, help="--drafter hvd: the draft chain's per-token acceptance, measured"
+    )
     ap.add_argument("--max-batch", type=int, default=4)
     ap.add_argument("--threads", type=int, default=1, help="torch threads (1 keeps timings steady on 2 cores)")
     ap.add_argument("--host", default="127.0.0.1")
@@ -242,7 +275,12 @@ def main(argv=None) -> int:
     set_threads(a.threads)
     target = load(a.model)
     kind = a.drafter or ("model" if a.draft else "none")
-    drafters = make_drafters(kind, target, a.draft, a.k, a.max_batch)
+    predictor = None
+    if a.predictor:
+        from speclib.drafters.hybrid import PayoffPredictor
+
+        predictor = PayoffPredictor.load(a.predictor)
+    drafters = make_drafters(kind, target, a.draft, a.k, a.max_batch, predictor=predictor, model_prior=a.model_prior)
     budget = None
     if drafters is not None:
         budget = FixedBudget(a.k)
