@@ -416,7 +416,7 @@ def test_08_serving_smoke(smoke_run):
     out = smoke_run("08_serving")
     res = out / "results" / "08_serving"
     req = pd.read_parquet(res / "requests.parquet")
-    assert req.error.isna().all() and set(req.method) == {"AR", "chain adaptive"}
+    assert req.error.isna().all() and set(req.method) == {"AR", "chain adaptive", "hvd"}
     ar = req[req.method == "AR"].set_index(["rate", "session", "turn"]).text
     assert all(ar[(r.rate, r.session, r.turn)] == r.text for r in req.itertuples())
     assert (req.ttft > 0).all() and (req.tokens == 8).all()
@@ -426,3 +426,9 @@ def test_08_serving_smoke(smoke_run):
     steps = pd.read_parquet(res / "steps.parquet")
     assert set(steps.nodes.dropna()) <= set(range(5)) and (steps.batch <= 4).all()
     assert (out / "figures" / "08_serving_load.png").stat().st_size > 10_000
+    assert {"suffix", "prompt_lookup"} <= set(pd.read_parquet(res / "hvd_logs.parquet").cache_source)
+    chat = pd.read_parquet(res / "chat_requests.parquet")  # SmolLM2 on MT-bench chat sessions
+    assert chat.error.isna().all() and set(chat.method) == {"AR", "lookup"} and chat.tokens.between(1, 8).all()
+    ar = chat[chat.method == "AR"].set_index(["rate", "session", "turn"]).text
+    assert all(ar[(r.rate, r.session, r.turn)] == r.text for r in chat.itertuples())
+    assert (pd.read_parquet(res / "chat_summary.parquet").target == "smollm2-135m-instruct").all()
