@@ -357,6 +357,7 @@ def test_07_spec_bench_smoke(smoke_run):
         ("recycling_runs", None),
         ("rest_runs", None),
         ("es_runs", {"lookahead", "HVD (every source)"}),
+        ("head_runs", None),
     ):
         runs = pd.read_parquet(res / f"{step_runs}.parquet")
         for m in methods or set(runs.method) - {"AR"}:
@@ -368,6 +369,10 @@ def test_07_spec_bench_smoke(smoke_run):
     lossless = ["prompt lookup", "suffix"]
     assert (ident.identical[lossless] == ident.turns[lossless]).all()
     assert (ov.tokens_per_step[lossless] >= 1).all()
+    # the shipped SmolLM2 feature head, over the whole vocabulary and FR-Spec's frequent tokens: lossless
+    heads = ["feature head", "feature head + FR-Spec"]
+    assert (ident.identical[heads] == ident.turns[heads]).all() and (ov.tokens_per_step[heads] >= 1).all()
+    assert set(pd.read_parquet(res / "head_cost.parquet").method) == set(heads)
     chi = pd.read_parquet(res / "chi2.parquet")
     assert (
         set(chi.method) == {"prompt lookup", "suffix", "AR (negative control)"}

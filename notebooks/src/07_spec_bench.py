@@ -64,8 +64,8 @@ PILOT_PER_TASK = 1  # pilot questions per task: every tuned setting is chosen on
 MAX_NEW_TOKENS = 128  # per turn (Spec-Bench allows 1024; answers that end earlier stop at EOS)
 LOOKUP_GRID = [[2, 4], [2, 8], [3, 8], [2, 12]]  # prompt lookup (max n-gram, k) settings tried on the pilot
 SUFFIX_GRID = [8, 16]  # suffix tree: longest draft tried on the pilot
-HEAD = None  # a feature head for TARGET (name or folder) adds the trained-draft rows of section 4; train one:
-# python -m speclib chat_data TARGET; python -m speclib train head TARGET (hours on 2 cores)
+HEAD = "smollm2-135m-instruct-head"  # a feature head for TARGET (name or folder): section 4's trained-draft rows;
+# None skips them. Train one: python -m speclib chat_data TARGET; python -m speclib train head TARGET
 HEAD_KS = [2, 3, 4]  # the head's draft lengths tried on the pilot
 RECYCLING_NODES = [1, 2, 3, 5, 7, 11, 15]  # Token Recycling tree sizes; the cost model picks one (section 4)
 RECYCLING_TOP_K = 8  # candidates kept per token in Token Recycling's matrix
