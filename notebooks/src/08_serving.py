@@ -50,8 +50,9 @@
 # hybrid target's batched verify pass).
 #
 # **How long it takes.** With `RESULTS = "auto"` every step is read from `data/results/` and the
-# notebook draws in seconds. `"recompute"`: about 30 minutes on 2 CPU cores (the server starts twice per
-# method; each rate runs until its sessions have arrived and finished).
+# notebook draws in seconds. `"recompute"`: about 36 minutes on 2 CPU cores (the server starts twice per
+# method; each rate runs until its sessions have arrived and finished): 29 for the agent sweep, 6 for
+# section 5's chat sessions, 1 for HVD's pilot.
 
 # %%
 SMOKE = False  # True: tiny sizes, the whole notebook in about two minutes on 2 CPU cores
