@@ -150,6 +150,13 @@ def test_engine_serves_hvd_with_a_fitted_predictor(tmp_path):
         reqs = [engine.submit(p, n) for p, n in zip(prompts, LENGTHS)]
         assert [r.result(120) for r in reqs] == [offline(target, p, n) for p, n in zip(prompts, LENGTHS)]
     assert sum(s["drafted"] for s in engine.log) > 0
+    # without --draft: the caches alone against a plain step (a plain step priced as measured)
+    caches_only = make_drafters("hvd", target, None, 3, 2, predictor=PayoffPredictor.load(tmp_path / "p.npz"))
+    assert caches_only[0].model is None and caches_only[0].costs.model_token_s == 0.0
+    assert caches_only[0].costs.verify(1) < caches_only[0].costs.verify(2)
+    with Engine(target, caches_only, max_batch=2) as engine:
+        reqs = [engine.submit(p, n) for p, n in zip(prompts, LENGTHS)]
+        assert [r.result(120) for r in reqs] == [offline(target, p, n) for p, n in zip(prompts, LENGTHS)]
 
 
 def test_engine_seeded_sampling_equals_offline(target):

@@ -34,15 +34,21 @@ def serving_caches(k: int) -> list:
 
 
 def hvd_costs(target, model_drafter, k: int):
-    """HVD's prices on this machine: one request's verify pass over 1..2k + 1 tokens (`calibrate` at batch 1,
-    a least-squares line in n as `Costs.fitted` draws it) and the model drafter's seconds per token. The
+    """HVD's prices on this machine: one request's verify pass over 1..2k + 1 tokens (`calibrate` at batch 1;
+    over 2..2k + 1 a least-squares line in n as `Costs.fitted` draws it, a plain step as measured) and the model drafter's seconds per token. The
     caches' own drafting is left at 0: both caches draft at every step whatever is chosen, so it does not
-    change the choice."""
+    change the choice. `model_drafter` None: caches only (no model token to price)."""
     from speclib.drafters.hybrid import Costs
 
     cal = calibrate(target, (1,), 2 * k, repeats=5)
     ns = [n + 1 for b, n in cal if n >= 1]
-    return Costs.fitted(ns, [cal[(1, n - 1)] for n in ns], draft_cost(model_drafter, target), n_max=2 * k + 1)
+    costs = Costs.fitted(
+        ns, [cal[(1, n - 1)] for n in ns], draft_cost(model_drafter, target) if model_drafter else 0.0, n_max=2 * k + 1
+    )
+    # a plain step keeps its own measured price: the line through 2..2k + 1 tokens overprices it (the first
+    # draft token costs more than the next ones: a matrix-vector product becomes a matrix product)
+    costs.verify_s[1] = cal[(1, 0)]
+    return costs
 
 
 def make_drafters(
@@ -60,18 +66,19 @@ def make_drafters(
     (prompt lookup), `hybrid` (prompt lookup and a suffix tree as caches, the --draft chain otherwise, by
     ArcticInference's rule: a cache draft when its score reaches k), `hvd` (the same sources chosen by
     Hybrid Verified Decoding: `predictor`, a fitted `PayoffPredictor`, prices each cache candidate, the
-    model chain is priced by its running acceptance from `model_prior`, the costs measured here at start),
+    model chain is priced by its running acceptance from `model_prior`, the costs measured here at start;
+    without --draft, the caches alone against a plain step: an adaptive cache draft),
     `none` (plain decoding)."""
     from speclib.drafters import HybridDrafter, ModelDrafter, PromptLookupDrafter, SelfDrafter, TreeDrafter
     from speclib.lms.loading import load
 
     if kind == "none":
         return None
-    if kind in ("model", "tree", "hybrid", "hvd") and not draft_name:
+    if kind in ("model", "tree", "hybrid") and not draft_name:
         raise ValueError(f"--drafter {kind} needs --draft NAME (a draft LM with the target's tokenizer)")
     if kind == "hvd" and predictor is None:
         raise ValueError("--drafter hvd needs --predictor FILE (a fitted PayoffPredictor, PayoffPredictor.save)")
-    draft = load(draft_name, device=device) if kind in ("model", "tree", "hybrid", "hvd") else None
+    draft = load(draft_name, device=device) if kind in ("model", "tree", "hybrid", "hvd") and draft_name else None
 
     def draft_lm():  # each slot's own decoding state; a view shares the weights where the LM offers one
         return draft.view() if hasattr(draft, "view") else load(draft_name, device=device)
@@ -89,7 +96,7 @@ def make_drafters(
         elif kind == "hybrid":
             out.append(HybridDrafter(serving_caches(k), ModelDrafter(draft_lm(), k), policy="arctic"))
         elif kind == "hvd":
-            model = ModelDrafter(draft_lm(), k)
+            model = ModelDrafter(draft_lm(), k) if draft else None
             costs = costs or hvd_costs(target, model, k)
             out.append(HybridDrafter(serving_caches(k), model, "hvd", predictor, costs, model_prior=model_prior))
         else:
@@ -254,7 +261,7 @@ def build_app(engine: Engine, model_name: str):
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m speclib serve", description=__doc__.split("\n\n")[0])
     ap.add_argument("model", help="a shipped model name or a local folder (speclib.load)")
-    ap.add_argument("--draft", help="the draft LM for --drafter model/tree/hybrid/hvd")
+    ap.add_argument("--draft", help="the draft LM for --drafter model/tree/hybrid (hvd: optional, else caches only)")
     ap.add_argument("--drafter", choices=DRAFTERS, default=None, help="default: model with --draft, else none")
     ap.add_argument("--k", type=int, default=4, help="draft nodes per request per step (the budget's ceiling)")
     ap.add_argument("--budget", choices=("fixed", "adaptive"), default="fixed")
