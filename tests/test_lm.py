@@ -212,3 +212,41 @@ def test_llama_generate_batch_equals_generate():
     drafters = [ModelDrafter(draft.view(), 3) for _ in prompts]
     sd = generate_batch([target.view() for _ in prompts], prompts, 20, drafters=drafters, sampling=greedy)
     assert [g.tokens for g in sd] == ref
+
+
+def test_llama_restrict_vocab_scores_only_the_kept_rows_and_stays_lossless_as_a_draft():
+    """FR-Spec: a restricted LlamaLM's logits equal the full head's on the kept rows and are -inf elsewhere
+    (in extend, in a view, in extend_batch); a restricted draft drafts kept tokens only and leaves greedy
+    output equal to the target's own (at temperature 1 it is one more draft distribution q, zero off the
+    kept rows, which the lossless rule's residual covers); bad rows are refused."""
+    from speclib import ModelDrafter, Sampling, generate
+
+    full, lm = tiny_lm(seed=4, impl="fast"), tiny_lm(seed=4, impl="fast")
+    rows = [3, 0, 17, 63, 17, 40]  # unsorted, repeated: taken as the set
+    lm.restrict_vocab(rows)
+    kept = torch.zeros(64, dtype=torch.bool)
+    kept[rows] = True
+    ctx = [5, 9, 2, 33]
+    want, got = full.reset(ctx), lm.reset(ctx)
+    assert torch.isinf(got[~kept]).all() and torch.allclose(got[kept], want[kept], atol=1e-5)
+    tree = ([7, 8, 9], [-1, 0, 0])
+    want, got = full.extend(*tree), lm.extend(*tree)
+    assert torch.isinf(got[:, ~kept]).all() and torch.allclose(got[:, kept], want[:, kept], atol=1e-5)
+    views = [lm.view(), lm.view()]
+    for v in views:
+        v.reset(ctx)
+    for out in type(lm).extend_batch(views, [[1, 2], [3]], [[-1, 0], [-1]]):
+        assert torch.isinf(out[:, ~kept]).all()
+    assert lm.restrict_vocab(None).vocab_rows is None
+    for bad in ([], [64], [-1, 2]):
+        with pytest.raises(ValueError, match="token ids"):
+            tiny_lm(impl="fast").restrict_vocab(bad)
+    target, draft = tiny_lm(seed=3, impl="fast"), noisy_copy(seed=3, impl="fast")
+    draft.restrict_vocab(range(0, 64, 2))
+    prompt = list(range(1, 30))
+    d = ModelDrafter(draft.view(), 3)
+    d.reset(prompt, Sampling(1.0), torch.Generator().manual_seed(0))
+    assert all(t % 2 == 0 for t in d.draft(prompt + [5]).tokens)
+    ref = generate(target.view(), prompt, 24, sampling=Sampling(0.0)).tokens
+    sd = generate(target.view(), prompt, 24, drafter=ModelDrafter(draft.view(), 3), sampling=Sampling(0.0))
+    assert sd.tokens == ref and sum(s["accepted"] for s in sd.stats.steps) > 0

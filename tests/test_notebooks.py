@@ -358,6 +358,7 @@ def test_07_spec_bench_smoke(smoke_run):
         ("rest_runs", None),
         ("es_runs", {"lookahead", "HVD (every source)"}),
         ("head_runs", None),
+        ("draft_runs", None),
     ):
         runs = pd.read_parquet(res / f"{step_runs}.parquet")
         for m in methods or set(runs.method) - {"AR"}:
@@ -373,6 +374,11 @@ def test_07_spec_bench_smoke(smoke_run):
     heads = ["feature head", "feature head + FR-Spec"]
     assert (ident.identical[heads] == ident.turns[heads]).all() and (ov.tokens_per_step[heads] >= 1).all()
     assert set(pd.read_parquet(res / "head_cost.parquet").method) == set(heads)
+    # the shipped separate draft (SmolLM2 cut and distilled), full vocabulary and FR-Spec: lossless
+    drafts = ["draft model", "draft model + FR-Spec"]
+    assert (ident.identical[drafts] == ident.turns[drafts]).all() and (ov.tokens_per_step[drafts] >= 1).all()
+    dcost = pd.read_parquet(res / "draft_cost.parquet").set_index("method")
+    assert set(dcost.index) == set(drafts) and dcost.token_acceptance.between(0, 1).all()
     chi = pd.read_parquet(res / "chi2.parquet")
     assert (
         set(chi.method) == {"prompt lookup", "suffix", "AR (negative control)"}

@@ -159,3 +159,31 @@ def test_a_malformed_question_is_refused_with_the_fix(tmp_path, bad, match):
         spec_bench.questions(p)
     with pytest.raises(ValueError, match="has 1 turns"):
         spec_bench.messages({"question_id": 0, "category": "qa", "turns": ["x"]}, ["an answer"])
+
+
+@needs_smol
+def test_a_cut_draft_ships_without_the_targets_embedding_and_loads_with_it(smol, tmp_path):
+    """`chat_draft`: the draft keeps evenly spaced copies of the target's layers; exported, it stores its own
+    weights only, and speclib.load gives it the target's embedding back (tied to its LM head)."""
+    import numpy as np
+
+    from speclib.research import chat_draft
+
+    assert chat_draft.cut_layers(30, 4) == [0, 10, 19, 29] and chat_draft.cut_layers(30, 1) == [0]
+    with pytest.raises(ValueError, match="layers must be in"):
+        chat_draft.cut_layers(30, 31)
+    draft, kept = chat_draft.new_draft(smol.model, 2)
+    assert kept == [0, 29] and not draft.model.embed_tokens.weight.requires_grad
+    assert torch.equal(draft.model.layers[1].mlp.up_proj.weight, smol.model.model.layers[29].mlp.up_proj.weight)
+    st = {"step": 0, "tokens": 0, "seconds": 0.0, "evals": [{"kl": 1.0, "agreement": 0.5}]}
+    knobs = dict(vocab=None, batch=1, seq=8, lr=1e-3, target_layers=30)
+    counts = np.ones(49152, dtype=np.int64)
+    chat_draft.export(draft, pretrained.folder(SMOL), tmp_path / "d", SMOL, kept, counts, st, knobs)
+    assert (tmp_path / "d" / "model.safetensors").stat().st_size < 30e6  # 2 layers in bf16, no embedding
+    loaded = speclib.load(str(tmp_path / "d"))
+    emb = loaded.model.model.embed_tokens.weight
+    assert torch.equal(emb, smol.model.model.embed_tokens.weight) and loaded.model.lm_head.weight is emb
+    want = draft.model.layers[0].self_attn.q_proj.weight.to(torch.bfloat16).float()
+    assert torch.equal(loaded.model.model.layers[0].self_attn.q_proj.weight, want)
+    ids = smol.encode("Hello there")
+    assert loaded.reset(ids).shape == (49152,)

@@ -67,6 +67,9 @@ SUFFIX_GRID = [8, 16]  # suffix tree: longest draft tried on the pilot
 HEAD = "smollm2-135m-instruct-head"  # a feature head for TARGET (name or folder): section 4's trained-draft rows;
 # None skips them. Train one: python -m speclib chat_data TARGET; python -m speclib train head TARGET
 HEAD_KS = [2, 3, 4]  # the head's draft lengths tried on the pilot
+DRAFT_MODEL = "smollm2-draft"  # a separate draft LM with TARGET's tokenizer: section 4's draft-model rows; None
+# skips them. Train one: python -m speclib chat_data TARGET; python -m speclib train draft TARGET
+DRAFT_KS = [3, 5]  # the draft model's chain lengths tried on the pilot
 RECYCLING_NODES = [1, 2, 3, 5, 7, 11, 15]  # Token Recycling tree sizes; the cost model picks one (section 4)
 RECYCLING_TOP_K = 8  # candidates kept per token in Token Recycling's matrix
 REST_SOURCE = "chat"  # REST's datastore: the model's own answers to instructions outside Spec-Bench ("chat"), the
@@ -120,7 +123,7 @@ from speclib.workbook.study import Study
 
 if SMOKE:
     PER_TASK, PILOT_PER_TASK, MAX_NEW_TOKENS, LATENCY_REPEATS, CHI2_TOKENS = 1, 1, 12, 3, 120
-    LOOKUP_GRID, SUFFIX_GRID, HEAD_KS = [[2, 4], [2, 8]], [8], [2]
+    LOOKUP_GRID, SUFFIX_GRID, HEAD_KS, DRAFT_KS = [[2, 4], [2, 8]], [8], [2], [2]
     RUNTIMES, RUNTIME_KS, RUNTIME_PER_TASK = ["torch", "torch-int8"], [2, 4], 1
     RECYCLING_NODES = [1, 3]
     REST_SOURCE, REST_ANSWERS, REST_NODES = "prompts", 100, [4]
@@ -429,6 +432,74 @@ if HEAD:
     results.save(head_cost.assign(**meta), f"{NB}/head_cost")
     display(head_cost.round(3))
     outputs = pd.concat([outputs, hsaved["head_outputs"][hsaved["head_outputs"].method != "AR"]], ignore_index=True)
+
+# %% [markdown]
+# ### A separate draft model: SmolLM2 cut to four of its layers, distilled
+# The classic draft is a small model of its own with the target's tokenizer. None ships for SmolLM2, so
+# `python -m speclib train draft` makes one from SmolLM2 itself: its embedding and final norm and 4 of
+# its 30 decoder layers (evenly spaced), distilled from SmolLM2's next-token distribution on its own
+# answers to instructions outside Spec-Bench (its model card says how long and on what). Each draft
+# token runs those 4 layers and the output layer, so FR-Spec matters even more than for the head: the
+# 576 × 49,152 output layer is about two thirds of the draft's arithmetic. The chain length k is chosen
+# on the pilot turns, with and without FR-Spec, and both run paired with AR on the reported turns.
+
+
+# %%
+def draft_model_runs():
+    draft = speclib.load(DRAFT_MODEL, device="cpu")
+    counts = token_counts(REPO / "data" / "checkpoints" / DRAFT_MODEL)
+    lms = {"draft": draft} | (
+        {"draft+FR": draft.view().restrict_vocab(speclib.drafters.frequent_tokens(counts, FR_VOCAB))}
+        if FR_VOCAB
+        else {}
+    )
+
+    def methods_for(kind, k):
+        d = speclib.ModelDrafter(lms[kind], k)
+        return lambda ids, i: generate(target, ids, MAX_NEW_TOKENS, drafter=d, sampling=GREEDY)
+
+    grid = {"AR": ar_run} | {f"{kind} k={k}": methods_for(kind, k) for kind in lms for k in DRAFT_KS}
+    pilot_ = bench.paired_runs([t[0] for t in pilot_turns], grid)
+    ratio = {m: bench.speedup(pilot_, m)["total_ratio"] for m in grid if m != "AR"}
+    best = {kind: max(DRAFT_KS, key=lambda k: ratio[f"{kind} k={k}"]) for kind in lms}
+    names = {"draft": "draft model", "draft+FR": "draft model + FR-Spec"}
+    methods = {"AR": ar_run} | {names[kind]: methods_for(kind, best[kind]) for kind in lms}
+    outputs_ = {}
+    runs_ = bench.paired_runs([t[0] for t in reported_turns], {m: recorded(m, f, outputs_) for m, f in methods.items()})
+    toks = pd.DataFrame([dict(prompt=i, method=m, tokens=list(map(int, t))) for (i, m), t in outputs_.items()])
+    chosen = runs_.method.map({names[kind]: best[kind] for kind in lms})
+    return {
+        "draft_pilot": pilot_.assign(**meta),
+        "draft_runs": runs_.assign(chosen_k=chosen, **meta),
+        "draft_outputs": toks.assign(**meta),
+    }
+
+
+if DRAFT_MODEL:
+    dsaved = study.step(
+        "draft_model", draft_model_runs, uses=QUESTION_SET + ["DRAFT_MODEL", "DRAFT_KS", "FR_VOCAB", "THREADS"]
+    )
+    druns = dsaved["draft_runs"]
+    table = pd.concat([table, spec_bench.task_table(druns, tasks)], ignore_index=True)
+    display(Markdown("Pilot turns (the chain length k with the highest pooled ratio is kept):"))
+    display(
+        bench.speedup_table(dsaved["draft_pilot"])[["method", "speedup", "total_ratio", "tokens_per_call"]].round(3)
+    )
+    draft_cost = pd.DataFrame(
+        [
+            dict(
+                method=m,
+                chosen_k=int(druns[druns.method == m].chosen_k.iloc[0]),
+                token_acceptance=druns[druns.method == m].accepted.sum() / druns[druns.method == m].reached.sum(),
+                **bench.loop_costs(druns, m),
+            )
+            for m in druns.method.unique()
+            if m != "AR"
+        ]
+    )
+    results.save(draft_cost.assign(**meta), f"{NB}/draft_cost")
+    display(draft_cost.round(3))
+    outputs = pd.concat([outputs, dsaved["draft_outputs"][dsaved["draft_outputs"].method != "AR"]], ignore_index=True)
 
 # %% [markdown]
 # ### The target's own candidates: Token Recycling
@@ -817,6 +888,8 @@ mine = (
         for m in (
             "feature head",
             "feature head + FR-Spec",
+            "draft model",
+            "draft model + FR-Spec",
             "token recycling",
             "REST",
             "lookahead",
@@ -886,7 +959,7 @@ speclib_methods = [
     "REST",
     "lookahead",
     "HVD (every source)",
-] + [m for m in ("feature head", "feature head + FR-Spec") if m in tok.columns]
+] + [m for m in ("feature head", "feature head + FR-Spec", "draft model", "draft model + FR-Spec") if m in tok.columns]
 assert all(identity.set_index("method").identical[m] == len(tok) for m in speclib_methods), (
     "a speclib method changed the greedy output"
 )
@@ -1251,7 +1324,18 @@ display(
 # The statements below are computed from this run's tables.
 
 # %%
-spec_methods = [m for m in ("prompt lookup", "suffix", "feature head", "feature head + FR-Spec") if m in overall.index]
+spec_methods = [
+    m
+    for m in (
+        "prompt lookup",
+        "suffix",
+        "feature head",
+        "feature head + FR-Spec",
+        "draft model",
+        "draft model + FR-Spec",
+    )
+    if m in overall.index
+]
 best_method = overall.loc[spec_methods].speedup.idxmax()
 per_task = table[table.method.isin(["prompt lookup", "suffix"])].pivot(index="task", columns="method", values="speedup")
 copy_tasks = [t for t in ("summarization", "rag") if t in per_task.index]
@@ -1310,6 +1394,17 @@ if HEAD:
             if FR_VOCAB
             else "."
         )
+    )
+if DRAFT_MODEL:
+    dc = draft_cost.set_index("method")
+    lines.append(
+        "* The separate draft model (SmolLM2 cut to 4 layers, distilled): "
+        + "; ".join(
+            f"{m} {overall.speedup[m]:.2f}x over AR ({overall.tokens_per_step[m]:.2f} tokens per step at "
+            f"k = {dc.chosen_k[m]}, per-token acceptance {dc.token_acceptance[m]:.2f}, c = {dc.c[m]:.2f})"
+            for m in dc.index
+        )
+        + "."
     )
 lines.append(
     f"* Against transformers on the same float32 weights: speclib's prompt lookup at "

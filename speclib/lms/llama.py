@@ -39,11 +39,27 @@ class LlamaLM(HFLM):
         shape = (cfg.num_hidden_layers, 2, self.n_kv, self.max_length, self.head_dim)
         self.kv = torch.empty(shape, device=device, dtype=self.dtype)  # [L, k/v, Hkv, T, hd]
         self._forward = _forward  # the decoder (module function); the torch-compile backend swaps in a compiled one
+        self.vocab_rows = self._head_rows = None
 
     def view(self) -> LlamaLM:
         """Another LlamaLM over the same weights with its own KV cache and decoding state (one per request
         in a batch: `extend_batch`, `speclib.core.generate.generate_batch`, the server's engine)."""
-        return LlamaLM(self.model, self.tokenizer, self.device, self.path)
+        out = LlamaLM(self.model, self.tokenizer, self.device, self.path)
+        out.vocab_rows, out._head_rows = self.vocab_rows, self._head_rows
+        return out
+
+    def restrict_vocab(self, rows) -> LlamaLM:
+        """FR-Spec for a draft: from now on score only the token ids `rows` through the LM head (logits -inf
+        elsewhere), so a shallow draft stops paying for the full vocabulary's rows; None: the full head
+        again. A target must never be restricted: it verifies over its whole vocabulary. Returns self."""
+        if rows is None:
+            self.vocab_rows = self._head_rows = None
+            return self
+        rows = torch.as_tensor(rows, dtype=torch.long, device=self.device).unique()
+        if rows.numel() == 0 or rows[0] < 0 or rows[-1] >= self.model.config.vocab_size:
+            raise ValueError(f"rows must be token ids in [0, {self.model.config.vocab_size}), at least one")
+        self.vocab_rows, self._head_rows = rows, self.model.lm_head.weight[rows].detach().contiguous()
+        return self
 
     @torch.inference_mode()
     def reset(self, prompt_ids) -> torch.Tensor:
@@ -160,5 +176,9 @@ def _forward(reqs: list[tuple]) -> list[torch.Tensor]:
         for (lm, *_), (start, _), hs in zip(reqs, spans, zip(*(h.split(sizes) for h in hidden))):
             if lm._features_on():
                 lm._write_features(list(hs), start)
-    logits = lm0.model.lm_head(x)[0].float()
+    if lm0.vocab_rows is None:
+        logits = lm0.model.lm_head(x)[0].float()
+    else:  # FR-Spec: only the kept rows of the LM head
+        logits = torch.full((x.shape[1], lm0.model.config.vocab_size), float("-inf"), device=x.device)
+        logits[:, lm0.vocab_rows] = (x[0] @ lm0._head_rows.T).float()
     return [logits] if len(reqs) == 1 else list(logits.split(sizes))

@@ -57,7 +57,7 @@ def load(
             device, dtype = "cpu", torch.float32
     if impl not in ("fast", "hf"):
         raise ValueError(f"impl must be 'fast' or 'hf', got {impl!r}")
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
@@ -81,7 +81,18 @@ def load(
     dtype = dtype or (torch.float32 if dev.type == "cpu" else torch.bfloat16)
     local = path if Path(str(path)).is_dir() else None
     try:
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(dev)
+        config = AutoConfig.from_pretrained(path)
+        if getattr(config, "embedding_from", None):  # stored without it on purpose: not worth transformers' warnings
+            level = hf_logging.get_verbosity()
+            hf_logging.set_verbosity_error()
+            try:
+                model = AutoModelForCausalLM.from_pretrained(path, config=config, dtype=dtype)
+            finally:
+                hf_logging.set_verbosity(level)
+            attach_embedding(model, config.embedding_from)
+        else:
+            model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+        model = model.to(dev)
         tok = AutoTokenizer.from_pretrained(path)
     except OSError as exc:  # hub ids only: a local folder's own errors pass through
         if local is not None:
@@ -98,6 +109,30 @@ def load(
             f"backend {backend!r} needs a Llama checkpoint; {name_or_path!r} is {model.config.model_type!r}"
         )
     return wrap(model, tok, dev, local, impl, backend)
+
+
+def attach_embedding(model, source: str) -> None:
+    """Copy the token embedding of `source` (a pretrained model or shipped checkpoint name) into `model`
+    and tie its LM head to it: a draft cut from its target ships without the target's embedding
+    (`speclib.research.chat_draft`), which is most of its size."""
+    from safetensors import safe_open
+
+    folder = pretrained.materialize(source) if source in pretrained.MODELS else CHECKPOINTS / source
+    keys = ("model.embed_tokens.weight", "lm_head.weight")  # a tied checkpoint may keep either one
+    w = None
+    for f in sorted(Path(folder).glob("*.safetensors")):
+        with safe_open(f, "pt") as st:
+            w = next((st.get_tensor(k) for k in keys if k in st.keys()), None)
+        if w is not None:
+            break
+    else:
+        raise ValueError(f"{source!r} ({folder}) holds no {keys[0]} to give this model its embedding")
+    emb = model.get_input_embeddings()
+    if emb.weight.shape != w.shape:
+        raise ValueError(f"{source!r}'s embedding is {tuple(w.shape)}, the model's {tuple(emb.weight.shape)}")
+    with torch.no_grad():
+        emb.weight.copy_(w.to(emb.weight.dtype))
+    model.tie_weights()
 
 
 def wrap(model, tokenizer, device, path=None, impl: str = "fast", backend: str = "torch") -> LM:

@@ -4,6 +4,7 @@
     python -m speclib train model code-target --steps 3000 --minutes 60
     python -m speclib train model code-draft --steps 2500 --distill-from code-target
     python -m speclib train head code-target --minutes 30          (a feature-level draft head: speclib.research.heads)
+    python -m speclib train draft smollm2-135m-instruct --layers 4 (a pretrained target cut and distilled: chat_draft)
 
 Training is resumable: state (weights, optimizer, step, RNG) lives in build/train/<name>/state.pt and
 each invocation continues where the last stopped, for at most --minutes. Every invocation exports the
@@ -333,12 +334,25 @@ def main(argv=None):
         "vocabulary): the output layer's share of training shrinks by V / N",
     )
     h.add_argument("--threads", type=int, default=0)
+    d = sub.add_parser("draft", help="a pretrained target's layers cut and distilled (speclib.research.chat_draft)")
+    d.add_argument("name", help="the pretrained target (speclib.lms.pretrained)")
+    d.add_argument("--out", default=None, help="default data/checkpoints/<family>-draft")
+    d.add_argument("--layers", type=int, default=4, help="target layers kept, evenly spaced")
+    d.add_argument("--vocab", type=int, default=8192, help="FR-Spec: train over the N most frequent tokens (0: all)")
+    d.add_argument("--steps", type=int, default=4000)
+    d.add_argument("--minutes", type=float, default=60)
+    d.add_argument("--lr", type=float, default=5e-4)
+    d.add_argument("--threads", type=int, default=0)
     a = ap.parse_args(argv)
+    if getattr(a, "threads", 0):
+        torch.set_num_threads(a.threads)
     if a.cmd == "tokenizer":
         print(train_tokenizer())
+    elif a.cmd == "draft":
+        from speclib.research.chat_draft import train_draft
+
+        print(train_draft(a.name, a.out, a.layers, a.vocab or None, a.minutes, a.steps, lr=a.lr))
     elif a.cmd == "head":
-        if a.threads:
-            torch.set_num_threads(a.threads)
         print(
             train_head(
                 a.name,
@@ -354,8 +368,6 @@ def main(argv=None):
             )
         )
     else:
-        if a.threads:
-            torch.set_num_threads(a.threads)
         train_model(a.name, a.steps, a.minutes, a.batch, distill_from=a.distill_from, distill_weight=a.distill_weight)
 
 

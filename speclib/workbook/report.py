@@ -638,6 +638,18 @@ def _rows_07() -> list[tuple[str, str, str]]:
                 "head_cost.parquet",
             )
         )
+    if "draft model" in set(table.method):
+        cost = results.load(f"{nb}/draft_cost").set_index("method")
+        rows.append(
+            (
+                "SmolLM2 separate draft (4 of its layers, distilled): draft step cost c and per-token acceptance",
+                "; ".join(
+                    f"{m} (k = {int(r.chosen_k)}): c = {r.c:.2f}, acceptance {r.token_acceptance:.2f}"
+                    for m, r in cost.iterrows()
+                ),
+                "draft_cost.parquet",
+            )
+        )
     for r in impl.itertuples():
         rows.append(
             (

@@ -1,0 +1,224 @@
+"""A separate draft model for a pretrained chat target, distilled from the target's logits.
+
+    python -m speclib train draft smollm2-135m-instruct --layers 4 --vocab 8192 --minutes 60
+
+The draft is the target cut short: its token embedding (tied to the LM head), final norm and `layers`
+of its decoder layers evenly spaced from the first to the last, as a standalone Llama of the target's
+width and tokenizer. The embedding stays frozen (the target's); the layers and the norm are trained
+to match the target's next-token distribution (KL), on the target's own answers to instructions and,
+half of each batch, further instructions without answers (`speclib.research.chat_data`: built from
+the standard library's docstrings, none a Spec-Bench question). With `vocab`, training scores only the
+N most frequent tokens of that data (FR-Spec: both distributions renormalized over them), and the
+draft should draft from them too (`LlamaLM.restrict_vocab(frequent_tokens(token_counts, N))`): the
+LM head over the full vocabulary is most of a shallow draft's cost. Lossless either way: the target
+verifies over its whole vocabulary.
+
+Resumable like every trainer here (state in build/train/<out name>/); each call exports the current
+weights in HF format with a MODEL_CARD.md and the training data's token counts (FR-Spec's ranking).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from speclib.lms.head import COUNTS
+from speclib.lms.lm import CHECKPOINTS
+from speclib.research import training
+
+PROMPT_MIX = 0.5  # share of each batch from instructions without answers
+
+
+def cut_layers(n_layers: int, keep: int) -> list[int]:
+    """`keep` layer indices evenly spaced over 0..n_layers - 1, first and last included."""
+    if not 1 <= keep <= n_layers:
+        raise ValueError(f"layers must be in [1, {n_layers}], got {keep}")
+    return sorted({round(i * (n_layers - 1) / max(keep - 1, 1)) for i in range(keep)})
+
+
+def new_draft(teacher, keep: int):
+    """A Llama with the teacher's width, tokenizer and embedding, and `keep` of its layers (copies)."""
+    import copy
+
+    import transformers
+
+    layers = cut_layers(teacher.config.num_hidden_layers, keep)
+    cfg = copy.deepcopy(teacher.config)
+    cfg.num_hidden_layers = len(layers)
+    cfg.layer_types = None
+    draft = transformers.LlamaForCausalLM(cfg)
+    draft.model.embed_tokens.load_state_dict(teacher.model.embed_tokens.state_dict())
+    draft.model.norm.load_state_dict(teacher.model.norm.state_dict())
+    for mine, theirs in zip(draft.model.layers, layers):
+        mine.load_state_dict(teacher.model.layers[theirs].state_dict())
+    draft.tie_weights()
+    draft.model.embed_tokens.requires_grad_(False)
+    return draft, layers
+
+
+def row_logits(model, x: torch.Tensor, rows: torch.Tensor | None) -> torch.Tensor:
+    """Logits [b, n, V or len(rows)] of a causal LM over `rows` of its (tied) LM head only."""
+    h = model.model(input_ids=x).last_hidden_state
+    w = model.lm_head.weight
+    return h @ (w if rows is None else w[rows]).T
+
+
+def agreement(draft, teacher, x: torch.Tensor, rows) -> tuple[float, float]:
+    """(KL(teacher || draft) per token over `rows`, top-1 agreement with the teacher's full-vocabulary argmax)."""
+    with torch.no_grad():
+        t_full = row_logits(teacher, x[:, :-1], None)
+        t = t_full if rows is None else t_full[..., rows]
+        d = row_logits(draft, x[:, :-1], rows)
+        kl = F.kl_div(F.log_softmax(d, -1), F.log_softmax(t, -1), log_target=True, reduction="batchmean") / x.shape[1]
+        pick = d.argmax(-1) if rows is None else rows[d.argmax(-1)]
+        return kl.item(), (pick == t_full.argmax(-1)).float().mean().item()
+
+
+def train_draft(
+    target_name: str,
+    out=None,
+    layers: int = 4,
+    vocab: int | None = 8192,
+    minutes: float = 60,
+    steps: int = 4000,
+    batch: int = 8,
+    seq: int = 256,
+    lr: float = 5e-4,
+    seed: int = 0,
+    eval_every: int = 100,
+) -> Path:
+    from transformers import AutoModelForCausalLM
+
+    from speclib.drafters import frequent_tokens
+    from speclib.lms import pretrained
+    from speclib.research import chat_data
+
+    if target_name not in pretrained.MODELS:
+        raise ValueError(f"unknown pretrained target {target_name!r}: one of {', '.join(pretrained.MODELS)}")
+    folder = pretrained.materialize(target_name)
+    teacher = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval().requires_grad_(False)
+    out = Path(out) if out is not None else CHECKPOINTS / f"{target_name.split('-')[0]}-draft"
+    torch.manual_seed(seed)
+    draft, kept = new_draft(teacher, layers)
+    train_s, held_s = chat_data.stream(target_name, "train"), chat_data.stream(target_name, "heldout")
+    extra = chat_data.prompt_stream(target_name, "train")
+    seen = np.concatenate([train_s, extra]).astype(np.int64)
+    counts = np.bincount(seen, minlength=teacher.config.vocab_size).astype(np.int64)
+    rows = frequent_tokens(counts, vocab) if vocab else None
+    params = [p for p in draft.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.95), weight_decay=0.01)
+    gen = torch.Generator().manual_seed(seed)
+    state_dir = training.STATE / out.name
+    state_dir.mkdir(parents=True, exist_ok=True)
+    checkpoint = training.Checkpoint(state_dir / "state.pt", {"draft": draft, "opt": opt, "gen": gen})
+    st = checkpoint.restore() or {"step": 0, "tokens": 0, "seconds": 0.0, "evals": []}
+    starts = np.linspace(0, len(held_s) - seq - 2, 16).astype(int)
+    held_x = torch.stack([torch.from_numpy(held_s[s : s + seq + 1].astype(np.int64)) for s in starts])
+
+    def evaluate() -> dict:
+        draft.eval()
+        runs = [agreement(draft, teacher, xb, rows) for xb in held_x.split(batch)]
+        draft.train()
+        kl, agree = map(np.mean, zip(*runs))
+        return {
+            "step": st["step"],
+            "tokens": st["tokens"],
+            "kl": round(float(kl), 4),
+            "agreement": round(float(agree), 4),
+        }
+
+    def step_loss():
+        n_mix = int(round(PROMPT_MIX * batch))
+        x = torch.cat([training.batch(train_s, batch - n_mix, seq, gen), training.batch(extra, n_mix, seq, gen)])
+        with torch.no_grad():
+            t = row_logits(teacher, x[:, :-1], rows)
+        d = row_logits(draft, x[:, :-1], rows)
+        return F.kl_div(F.log_softmax(d, -1), F.log_softmax(t, -1), log_target=True, reduction="batchmean") / seq, None
+
+    def on_step(st, loss, _):
+        if st["step"] % 10 == 0 or st["step"] == 1:
+            print(f"step {st['step']}: KL {loss.item():.4f}, {st['tokens'] / st['seconds']:.0f} tokens/s", flush=True)
+        if st["step"] % eval_every == 0:
+            st["evals"].append(evaluate())
+            print(f"held-out: {st['evals'][-1]}", flush=True)
+
+    if not st["evals"]:
+        st["evals"].append(evaluate())  # step 0: the cut model before training
+        print(f"held-out: {st['evals'][-1]}", flush=True)
+    draft.train()
+    training.run_training(
+        step_loss,
+        opt,
+        st,
+        steps=steps,
+        minutes=minutes,
+        tokens_per_step=batch * seq,
+        lr=lr,
+        warmup=min(100, steps // 10 + 1),
+        on_step=on_step,
+        checkpoint=checkpoint,
+    )
+    if st["evals"][-1]["step"] != st["step"]:
+        st["evals"].append(evaluate())
+        checkpoint.save(st)
+    export(
+        draft,
+        folder,
+        out,
+        target_name,
+        kept,
+        counts,
+        st,
+        dict(vocab=vocab, batch=batch, seq=seq, lr=lr, target_layers=teacher.config.num_hidden_layers),
+    )
+    return out
+
+
+def export(draft, folder: Path, out: Path, target: str, kept: list[int], counts, st: dict, knobs: dict) -> None:
+    from safetensors.torch import save_file
+    from transformers import AutoTokenizer
+
+    out.mkdir(parents=True, exist_ok=True)
+    draft.config.embedding_from = target  # `speclib.load` copies it back in (`loading.attach_embedding`)
+    draft.config.save_pretrained(out)
+    own = {
+        k: v.to(torch.bfloat16).contiguous()
+        for k, v in draft.state_dict().items()
+        if "embed" not in k and "lm_head" not in k
+    }
+    save_file(own, out / "model.safetensors", metadata={"format": "pt"})
+    AutoTokenizer.from_pretrained(folder).save_pretrained(out)
+    np.save(out / COUNTS, counts)
+    first, last = st["evals"][0], st["evals"][-1]
+    n_params = sum(p.numel() for p in draft.parameters())
+    n_own = sum(p.numel() for n, p in draft.named_parameters() if "embed" not in n)
+    fr = knobs["vocab"]
+    card = f"""# {out.name}
+
+A separate draft for `{target}` (same tokenizer): the target cut to {len(kept)} of its {knobs["target_layers"]}
+decoder layers (copies of its layers {kept}), its embedding (tied to the LM head, frozen) and
+final norm, then distilled from the target's logits. {n_params / 1e6:.1f}M parameters, {n_own / 1e6:.1f}M of them its own,
+stored here in bf16; the embedding ({draft.config.vocab_size:,} x {draft.config.hidden_size}, tied to the LM head) is the target's and
+is not stored: `speclib.load` copies it from the target. See `speclib/research/chat_draft.py`.
+
+- Command: `python -m speclib train {" ".join(sys.argv[1:]) or "draft " + target}` (resumable).
+- Objective: KL(target || draft) per token{f" over the {fr} most frequent tokens of the training data (FR-Spec; both distributions renormalized over them; draft with `LlamaLM.restrict_vocab(frequent_tokens(token_counts, {fr}))`)" if fr else ""};
+  batches of {knobs["batch"]} x {knobs["seq"]} tokens, half the target's own greedy answers to instructions built from the
+  standard library's docstrings (`speclib.research.chat_data`), half further instructions in its chat template
+  without answers; AdamW, peak lr {knobs["lr"]}.
+- Tokens seen: {st["tokens"] / 1e6:.2f}M in {st["step"]} steps; {st["seconds"] / 60:.1f} min on CPU
+  ({st["tokens"] / max(st["seconds"], 1e-9):.0f} tokens/s, the target's forward included).
+- Held-out (16 windows of the held-out answers): top-1 agreement with the target's greedy token
+  **{last["agreement"]:.3f}** (the cut model before training: {first["agreement"]:.3f}); KL {last["kl"]:.3f} nats/token
+  (before: {first["kl"]:.3f}). Agreement is teacher-forced: a proxy for greedy per-token acceptance.
+"""
+    (out / "MODEL_CARD.md").write_text(card)
+    record = dict(target=target, layers=kept, steps=st["step"], tokens_seen=st["tokens"], parameters=n_params)
+    record |= dict(train_minutes=round(st["seconds"] / 60, 1), evals=st["evals"], **knobs)
+    (out / "training.json").write_text(json.dumps(record, indent=1))
+    print(f"exported {out}: agreement {first['agreement']:.3f} -> {last['agreement']:.3f}", flush=True)
