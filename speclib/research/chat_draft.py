@@ -174,7 +174,15 @@ def train_draft(
         kept,
         counts,
         st,
-        dict(vocab=vocab, batch=batch, seq=seq, lr=lr, target_layers=teacher.config.num_hidden_layers),
+        dict(
+            vocab=vocab,
+            batch=batch,
+            seq=seq,
+            lr=lr,
+            target_layers=teacher.config.num_hidden_layers,
+            answer_tokens=len(train_s),
+            prompt_tokens=len(extra),
+        ),
     )
     return out
 
@@ -209,8 +217,8 @@ is not stored: `speclib.load` copies it from the target. See `speclib/research/c
 - Command: `python -m speclib train {" ".join(sys.argv[1:]) or "draft " + target}` (resumable).
 - Objective: KL(target || draft) per token{f" over the {fr} most frequent tokens of the training data (FR-Spec; both distributions renormalized over them; draft with `LlamaLM.restrict_vocab(frequent_tokens(token_counts, {fr}))`)" if fr else ""};
   batches of {knobs["batch"]} x {knobs["seq"]} tokens, half the target's own greedy answers to instructions built from the
-  standard library's docstrings (`speclib.research.chat_data`), half further instructions in its chat template
-  without answers; AdamW, peak lr {knobs["lr"]}.
+  standard library's docstrings (`speclib.research.chat_data`; {knobs["answer_tokens"] / 1e6:.2f}M tokens), half further
+  instructions in its chat template without answers ({knobs["prompt_tokens"] / 1e6:.2f}M tokens); AdamW, peak lr {knobs["lr"]}.
 - Tokens seen: {st["tokens"] / 1e6:.2f}M in {st["step"]} steps; {st["seconds"] / 60:.1f} min on CPU
   ({st["tokens"] / max(st["seconds"], 1e-9):.0f} tokens/s, the target's forward included).
 - Held-out (16 windows of the held-out answers): top-1 agreement with the target's greedy token
