@@ -176,7 +176,7 @@ def test_a_cut_draft_ships_without_the_targets_embedding_and_loads_with_it(smol,
     assert kept == [0, 29] and not draft.model.embed_tokens.weight.requires_grad
     assert torch.equal(draft.model.layers[1].mlp.up_proj.weight, smol.model.model.layers[29].mlp.up_proj.weight)
     st = {"step": 0, "tokens": 0, "seconds": 0.0, "evals": [{"kl": 1.0, "agreement": 0.5}]}
-    knobs = dict(vocab=None, batch=1, seq=8, lr=1e-3, target_layers=30)
+    knobs = dict(vocab=None, batch=1, seq=8, lr=1e-3, target_layers=30, answer_tokens=10, prompt_tokens=10)
     counts = np.ones(49152, dtype=np.int64)
     chat_draft.export(draft, pretrained.folder(SMOL), tmp_path / "d", SMOL, kept, counts, st, knobs)
     assert (tmp_path / "d" / "model.safetensors").stat().st_size < 30e6  # 2 layers in bf16, no embedding
