@@ -146,6 +146,33 @@ def test_a_crashed_draft_thread_and_an_interrupted_decoder(models):
         assert d._proc is None
 
 
+class ResetPipe:
+    """The decoder's end of a pipe whose peer closed with messages unread: the socket is reset (errno 104)."""
+
+    def poll(self, timeout=0):
+        return True
+
+    def recv(self):
+        raise ConnectionResetError(104, "Connection reset by peer")
+
+    def send(self, msg):
+        raise ConnectionResetError(104, "Connection reset by peer")
+
+    def close(self):
+        pass
+
+
+def test_a_reset_pipe_reads_as_a_stopped_draft_thread(models):
+    """A crash can reach the decoder as a reset socket rather than end of file (a race seen under load)."""
+    target, draft = models
+    with OverlapDrafter(draft, k=2, backend="thread") as d:
+        d.reset([1, 2], GREEDY, torch.Generator())
+        d._conn, real = ResetPipe(), d._conn
+        with pytest.raises(RuntimeError, match="draft thread stopped"):
+            d.draft([1, 2, 3])
+        d._conn = real
+
+
 def test_ctrl_c_leaves_no_draft_process(tmp_path):
     """A script (no __main__ guard, no `with`) interrupted mid-generation: it exits, its draft process too."""
     script = tmp_path / "run.py"

@@ -91,7 +91,7 @@ def _serve(lm: LM, conn, ahead: int) -> None:
             if logits is None or hyp_len >= ahead or conn.poll():
                 try:
                     msg = conn.recv()  # blocks only when there is nothing to draft
-                except EOFError:  # the decoder is gone
+                except (EOFError, OSError):  # the decoder is gone (a reset socket raises OSError, not EOF)
                     return
                 if msg[0] == "close":
                     return
@@ -225,7 +225,10 @@ class OverlapDrafter:
     def _send(self, msg) -> None:
         if self._proc is None or not self._proc.is_alive():
             raise RuntimeError(f"the draft {self.backend} is not running (it crashed, or the drafter was closed)")
-        self._conn.send(msg)
+        try:
+            self._conn.send(msg)
+        except OSError:  # it ended between the check and the send
+            raise RuntimeError(f"the draft {self.backend} stopped") from None
 
     def reset(self, prompt: list[int], sampling: Sampling, gen: torch.Generator) -> None:
         if self._proc is None:
@@ -246,7 +249,7 @@ class OverlapDrafter:
         while block or self._conn.poll():
             try:
                 hyp_id, pos, token, q, busy = self._conn.recv()
-            except EOFError:
+            except (EOFError, OSError):  # closed with our messages unread, its end resets the socket: OSError
                 raise RuntimeError(f"the draft {self.backend} stopped") from None
             self._draft_busy += busy
             if hyp_id == self.hyp_id and pos == self.context_len + len(self.posted):
