@@ -250,3 +250,46 @@ def test_llama_restrict_vocab_scores_only_the_kept_rows_and_stays_lossless_as_a_
     ref = generate(target.view(), prompt, 24, sampling=Sampling(0.0)).tokens
     sd = generate(target.view(), prompt, 24, drafter=ModelDrafter(draft.view(), 3), sampling=Sampling(0.0))
     assert sd.tokens == ref and sum(s["accepted"] for s in sd.stats.steps) > 0
+
+
+def test_onednn_linear_equals_f_linear():
+    """The reordered-weight projection against F.linear: 1, 2, 9 and 33 rows, 3-D input, a bias; a weight
+    updated in place or replaced is re-reordered; gradients and non-fp32 weights take the plain module."""
+    from speclib.lms import llama
+
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(48, 80)
+    for shape in [(1, 48), (2, 48), (9, 48), (1, 33, 48)]:
+        x = torch.randn(shape)
+        with torch.inference_mode():
+            assert torch.allclose(llama.linear(lin, x), lin(x), atol=1e-5)
+    assert lin in llama._packed  # the oneDNN path was taken
+    with torch.no_grad():
+        lin.weight.mul_(-2.0)  # in place: a new version of the same tensor
+        x = torch.randn(5, 48)
+        assert torch.allclose(llama.linear(lin, x), lin(x), atol=1e-5)
+        lin.weight = torch.nn.Parameter(torch.randn(80, 48))
+        assert torch.allclose(llama.linear(lin, x), lin(x), atol=1e-5)
+    y = llama.linear(lin, x)  # gradient wanted: the module itself, so backward works
+    y.sum().backward()
+    assert lin.weight.grad is not None
+    half = torch.nn.Linear(48, 80).to(torch.bfloat16)
+    with torch.inference_mode():
+        xb = torch.randn(3, 48, dtype=torch.bfloat16)
+        assert torch.equal(llama.linear(half, xb), half(xb))
+        assert torch.equal(llama.linear(lin, x, packed=False), lin(x))
+
+
+def test_lean_forward_with_and_without_reordered_weights():
+    """The same LlamaLM with oneDNN projections and with plain F.linear: equal logits on a tree extend."""
+    from speclib.lms import llama
+
+    lm = tiny_lm(seed=3, impl="fast")
+    plain = lm.view()
+    plain.packed = False
+    ids, tokens, parents = [5, 9, 2, 7], [3, 4, 8, 1, 6], [-1, 0, 0, 2, 3]
+    got = [lm.reset(ids), lm.extend(tokens, parents)]
+    want = [plain.reset(ids), plain.extend(tokens, parents)]
+    for g, w in zip(got, want):
+        assert torch.allclose(g, w, atol=1e-5)
+    assert lm.model.model.layers[0].mlp.down_proj in llama._packed

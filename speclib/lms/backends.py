@@ -4,7 +4,9 @@ Speculation pays only when scoring n tokens in one pass costs about as much as s
 a property of the runtime, not of the model (docs/analytic_model.md). Each backend here runs the same
 shipped Llama checkpoint behind reset / extend / commit, so notebook 05 can time them side by side.
 
-    torch           speclib's Llama forward (models.llama.LlamaLM), fp32 (bf16 on cuda/mps)
+    torch           speclib's Llama forward (models.llama.LlamaLM), fp32 (bf16 on cuda/mps); on CPU the
+                    projections run through oneDNN with the weights reordered once (`llama.linear`)
+    torch-mkl       the same with plain F.linear projections (MKL on CPU): same numbers, slower few-row products
     torch-bf16      the same with bf16 weights and activations
     torch-int8      torch.ao dynamic int8 on every Linear (weights int8, activation scales per call)
     torch-compile   torch.compile (inductor) of the same forward, dynamic shapes
@@ -55,6 +57,7 @@ BACKENDS = {
     b.name: b
     for b in [
         Backend("torch", "torch eager, fp32 on cpu (bf16 on cuda/mps)"),
+        Backend("torch-mkl", "torch eager fp32, projections through F.linear (MKL on cpu), no reordered weights"),
         Backend("torch-bf16", "torch eager, bf16 weights and activations"),
         Backend("torch-int8", "torch.ao dynamic int8 on every Linear (cpu only)"),
         Backend("torch-compile", "torch.compile (inductor), dynamic shapes; first calls compile"),
@@ -119,8 +122,12 @@ def build(base: LlamaLM, name: str) -> LM:
             warnings.simplefilter("ignore")
             model = quantize_dynamic(base.model, {torch.nn.Linear}, dtype=torch.qint8)
         return LlamaLM(model, base.tokenizer, base.device, base.path)
+    if name == "torch-mkl":
+        base.packed = False
+        return base
     if name == "torch-compile":
         base._forward = torch.compile(base._forward, dynamic=True)  # the decoder of reset, extend and extend_batch
+        base.packed = False  # inductor compiles the plain projections (it cannot trace the reordered-weight cache)
         return base
     if name in ("onnx", "onnx-int8"):
         return OnnxLM(base, int8=name == "onnx-int8")
@@ -170,7 +177,8 @@ class _Step(torch.nn.Module):
 
     def __init__(self, lm: LlamaLM):
         super().__init__()
-        self.lm, self.model = lm, lm.model
+        self.lm, self.model = lm.view(), lm.model
+        self.lm.packed = False  # the exported graph holds plain MatMuls over the weights
         self.register_buffer("cos", lm.cos.float(), persistent=False)
         self.register_buffer("sin", lm.sin.float(), persistent=False)
 

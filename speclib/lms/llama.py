@@ -10,10 +10,41 @@ numerics are the same; `HFLM` (the stock forward) is the slow twin it is tested 
 
 from __future__ import annotations
 
+import weakref
+
 import torch
 import torch.nn.functional as F
 
 from speclib.lms.lm import HFLM
+
+
+# On CPU the fp32 projections go through oneDNN with the weights reordered once into its blocked layout. The
+# default path (MKL) is slow for the few-row products that verification is made of: on 2 cores of an AMD
+# EPYC, agent-target scoring 9 tokens took 1.45x one token's time through MKL and 1.25x through oneDNN
+# (notebook 05 has the table). Same weights; results equal to F.linear's to float rounding.
+_ONEDNN = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+_packed: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # Linear -> (weight, its version, reordered)
+
+
+def linear(mod: torch.nn.Module, x: torch.Tensor, packed: bool = True) -> torch.Tensor:
+    """mod(x) for an nn.Linear, through oneDNN's reordered weights where that applies (fp32 on CPU, no
+    gradient wanted); any other module (a quantized Linear, a bf16 one) is simply called. The reordered copy
+    is made on first use and again whenever the weight changes (a new tensor or an in-place update)."""
+    w = getattr(mod, "weight", None)
+    if (
+        not (packed and _ONEDNN and type(mod) is torch.nn.Linear)
+        or w.dtype != torch.float32
+        or w.device.type != "cpu"
+        or (w.requires_grad and torch.is_grad_enabled())
+    ):
+        return mod(x)
+    hit = _packed.get(mod)
+    if hit is None or hit[0] is not w or hit[1] != w._version:
+        with torch.inference_mode():
+            hit = _packed[mod] = (w, w._version, torch.ops.mkldnn._reorder_linear_weight(w.detach()))
+    bias = None if mod.bias is None else mod.bias.detach()
+    y = torch.ops.mkldnn._linear_pointwise(x.reshape(-1, x.shape[-1]), hit[2], bias, "none", [], "")
+    return y.view(*x.shape[:-1], y.shape[-1])
 
 
 def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -40,12 +71,13 @@ class LlamaLM(HFLM):
         self.kv = torch.empty(shape, device=device, dtype=self.dtype)  # [L, k/v, Hkv, T, hd]
         self._forward = _forward  # the decoder (module function); the torch-compile backend swaps in a compiled one
         self.vocab_rows = self._head_rows = None
+        self.packed = True  # projections through oneDNN's reordered weights (`linear`); off for export and compile
 
     def view(self) -> LlamaLM:
         """Another LlamaLM over the same weights with its own KV cache and decoding state (one per request
         in a batch: `extend_batch`, `speclib.core.generate.generate_batch`, the server's engine)."""
         out = LlamaLM(self.model, self.tokenizer, self.device, self.path)
-        out.vocab_rows, out._head_rows = self.vocab_rows, self._head_rows
+        out.vocab_rows, out._head_rows, out.packed = self.vocab_rows, self._head_rows, self.packed
         return out
 
     def restrict_vocab(self, rows) -> LlamaLM:
@@ -111,16 +143,24 @@ class LlamaLM(HFLM):
     def qkv(self, layer, x, cos, sin):
         """x [1, n, d] -> q [1, H, n, hd], k and v [1, Hkv, n, hd], rotary applied to q and k."""
         n, att, h = x.shape[1], layer.self_attn, layer.input_layernorm(x)
-        q = att.q_proj(h).view(1, n, self.n_heads, self.head_dim).transpose(1, 2)
-        k = att.k_proj(h).view(1, n, self.n_kv, self.head_dim).transpose(1, 2)
-        v = att.v_proj(h).view(1, n, self.n_kv, self.head_dim).transpose(1, 2)
+        q = self.linear(att.q_proj, h).view(1, n, self.n_heads, self.head_dim).transpose(1, 2)
+        k = self.linear(att.k_proj, h).view(1, n, self.n_kv, self.head_dim).transpose(1, 2)
+        v = self.linear(att.v_proj, h).view(1, n, self.n_kv, self.head_dim).transpose(1, 2)
         return _rope(q, cos, sin), _rope(k, cos, sin), v
+
+    def linear(self, mod, x: torch.Tensor) -> torch.Tensor:
+        return linear(mod, x, self.packed)
+
+    def mlp(self, layer, x: torch.Tensor) -> torch.Tensor:
+        """The layer's gated MLP on its post-attention norm of x."""
+        m, h = layer.mlp, layer.post_attention_layernorm(x)
+        return self.linear(m.down_proj, m.act_fn(self.linear(m.gate_proj, h)) * self.linear(m.up_proj, h))
 
     def attend_mlp(self, layer, x, q, keys, values, mask, causal: bool = False):
         """The rest of the layer: attention over keys/values [1, Hkv, T, hd] (bool mask [n, T], True =
         may attend), output projection, residuals and MLP."""
-        x = x + layer.self_attn.o_proj(self.attend(q, keys, values, mask, causal))
-        return x + layer.mlp(layer.post_attention_layernorm(x))
+        x = x + self.linear(layer.self_attn.o_proj, self.attend(q, keys, values, mask, causal))
+        return x + self.mlp(layer, x)
 
     def attend(self, q, keys, values, mask, causal: bool = False) -> torch.Tensor:
         """Attention of q [1, H, n, hd] over keys/values [1, Hkv, T, hd] -> [1, n, H * hd]."""
@@ -166,8 +206,8 @@ def _forward(reqs: list[tuple]) -> list[torch.Tensor]:
             keys, values = lm.kv[i, 0, :, :end][None], lm.kv[i, 1, :, :end][None]
             causal = isinstance(mask, str)  # "causal": a prefill from an empty cache
             outs.append(lm.attend(qr, keys, values, None if causal else mask, causal))
-        x = x + layer.self_attn.o_proj(outs[0] if len(outs) == 1 else torch.cat(outs, 1))
-        x = x + layer.mlp(layer.post_attention_layernorm(x))
+        x = x + lm0.linear(layer.self_attn.o_proj, outs[0] if len(outs) == 1 else torch.cat(outs, 1))
+        x = x + lm0.mlp(layer, x)
         if hidden is not None:
             hidden.append(x[0])
     x = inner.norm(x)
@@ -177,7 +217,7 @@ def _forward(reqs: list[tuple]) -> list[torch.Tensor]:
             if lm._features_on():
                 lm._write_features(list(hs), start)
     if lm0.vocab_rows is None:
-        logits = lm0.model.lm_head(x)[0].float()
+        logits = lm0.linear(lm0.model.lm_head, x)[0].float()
     else:  # FR-Spec: only the kept rows of the LM head
         logits = torch.full((x.shape[1], lm0.model.config.vocab_size), float("-inf"), device=x.device)
         logits[:, lm0.vocab_rows] = (x[0] @ lm0._head_rows.T).float()
