@@ -17,7 +17,6 @@ import torch.nn.functional as F
 
 from speclib.lms.lm import HFLM
 
-
 # On CPU the fp32 projections go through oneDNN with the weights reordered once into its blocked layout. The
 # default path (MKL) is slow for the few-row products that verification is made of: on 2 cores of an AMD
 # EPYC, agent-target scoring 9 tokens took 1.45x one token's time through MKL and 1.25x through oneDNN
