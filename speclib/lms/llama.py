@@ -46,6 +46,15 @@ def linear(mod: torch.nn.Module, x: torch.Tensor, packed: bool = True) -> torch.
     return y.view(*x.shape[:-1], y.shape[-1])
 
 
+def rows_linear(lm_head: torch.nn.Module, rows: torch.Tensor) -> torch.nn.Linear:
+    """A frozen Linear over the LM head's `rows` (FR-Spec's kept tokens), copied once so that a draft call
+    neither gathers them again nor misses the reordered-weight path."""
+    w = lm_head.weight.detach()[rows]
+    out = torch.nn.Linear(w.shape[1], w.shape[0], bias=False, device=w.device, dtype=w.dtype)
+    out.weight = torch.nn.Parameter(w.contiguous(), requires_grad=False)
+    return out
+
+
 def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     half = x.shape[-1] // 2
     rot = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
@@ -89,7 +98,7 @@ class LlamaLM(HFLM):
         rows = torch.as_tensor(rows, dtype=torch.long, device=self.device).unique()
         if rows.numel() == 0 or rows[0] < 0 or rows[-1] >= self.model.config.vocab_size:
             raise ValueError(f"rows must be token ids in [0, {self.model.config.vocab_size}), at least one")
-        self.vocab_rows, self._head_rows = rows, self.model.lm_head.weight[rows].detach().contiguous()
+        self.vocab_rows, self._head_rows = rows, rows_linear(self.model.lm_head, rows)
         return self
 
     @torch.inference_mode()
@@ -219,5 +228,5 @@ def _forward(reqs: list[tuple]) -> list[torch.Tensor]:
         logits = lm0.linear(lm0.model.lm_head, x)[0].float()
     else:  # FR-Spec: only the kept rows of the LM head
         logits = torch.full((x.shape[1], lm0.model.config.vocab_size), float("-inf"), device=x.device)
-        logits[:, lm0.vocab_rows] = (x[0] @ lm0._head_rows.T).float()
+        logits[:, lm0.vocab_rows] = lm0.linear(lm0._head_rows, x[0]).float()
     return [logits] if len(reqs) == 1 else list(logits.split(sizes))
