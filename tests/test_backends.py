@@ -147,7 +147,7 @@ def test_serial_wrapper_counts_forward_calls():
     lm = tiny_lm(impl="fast")
     calls = []
     inner_forward = lm._forward
-    lm._forward = lambda reqs: calls.append(sum(r[1].numel() for r in reqs)) or inner_forward(reqs)
+    lm._forward = lambda reqs, *a: calls.append(sum(r[1].numel() for r in reqs)) or inner_forward(reqs, *a)
     serial = SerialLM(lm)
     for n in (1, 4, 9):
         for m in (lm, serial):
