@@ -1382,11 +1382,13 @@ lines = [
         else ""
     )
     + f"; its speedup is {overall.speedup['prompt lookup']:.2f}x here, {board.loc['PLD', 'overall']:.2f}x there"
-    + (
-        ", close, because a wide verify pass costs little more than a narrow one here too (next line)."
-        if passes[8] / t1 < 1.3
-        else ", lower, because here a verify pass over several tokens costs much more than one (next line)."
-    ),
+    + {
+        (True, True): ", close: a wide verify pass costs little more than a narrow one here too (next line).",
+        (True, False): ", close, though a verify pass over several tokens costs much more than one here (next line).",
+        (False, True): ", lower, though a wide verify pass costs little more than a narrow one here (next line): "
+        "the difference lies outside the verify pass.",
+        (False, False): ", lower: here a verify pass over several tokens costs much more than one (next line).",
+    }[(bool(overall.speedup["prompt lookup"] >= 0.85 * board.loc["PLD", "overall"]), bool(passes[8] / t1 < 1.3))],
     f"* One verify pass over 8 tokens costs v(8) = {passes[8] / t1:.2f} passes over one here ({v8_code}): "
     + (
         "the extra rows of a verify pass are nearly free at this size, so a rejected copy costs little"
