@@ -396,20 +396,46 @@ def shipped_gguf(base: LlamaLM) -> Path:
     return pretrained.gguf_path(card["name"])
 
 
+def open_llama(path, **kwargs):
+    """`llama_cpp.Llama(path, **kwargs)`, with llama.cpp's extra weight buffers off where its build uses AMX.
+
+    On a CPU with AMX int8, llama.cpp repacks quantized weights into AMX tiles at load time; with the code
+    models' q8_0 file its first decode then dies with a segmentation fault (llama-cpp-python 0.3.36, a
+    native build). Without the extra buffers every tensor stays in the plain CPU buffer, so the same
+    kernels run as on a CPU without AMX. Elsewhere the defaults stay, so recorded timings keep their meaning.
+    """
+    import llama_cpp
+    import llama_cpp.llama as llama_module
+
+    if b"AMX_INT8 = 1" not in llama_cpp.llama_print_system_info():
+        return llama_cpp.Llama(str(path), **kwargs)
+    lib = llama_module.llama_cpp  # the low-level module Llama.__init__ takes its default parameters from
+    default = lib.llama_model_default_params
+
+    def without_extra_buffers():
+        params = default()
+        params.use_extra_bufts = False
+        return params
+
+    lib.llama_model_default_params = without_extra_buffers
+    try:
+        return llama_cpp.Llama(str(path), **kwargs)
+    finally:
+        lib.llama_model_default_params = default
+
+
 class LlamaCppLM(BaseLM):
     """llama.cpp through llama-cpp-python: the committed prefix and a pending chain live in llama.cpp's
     KV cache (sequence 0); commit trims it to the kept prefix. Chains only."""
 
     def __init__(self, base: LlamaLM, quant: str = "f16", threads: int | None = None):
-        import llama_cpp
-
         self.file = shipped_gguf(base) if quant == "gguf" else export_gguf(base, quant)
         # a pretrained model's 8k context with logits for every position would hold 1.6 GB of scores
         ctx = min(base.max_length, 4096) if quant == "gguf" else base.max_length
         batch = min(ctx, 512) if quant == "gguf" else ctx
         self.max_length = ctx
-        self.llm = llama_cpp.Llama(
-            str(self.file),
+        self.llm = open_llama(
+            self.file,
             n_ctx=ctx,
             n_batch=batch,
             n_ubatch=batch,

@@ -18,6 +18,7 @@ import torch
 
 from speclib.core.device import clock
 from speclib.core.generate import Generation, Stats
+from speclib.lms.backends import open_llama
 
 
 def _generation(tokens: list[int], seconds: float) -> Generation:
@@ -65,14 +66,13 @@ class LlamaCpp:
         lookup: tuple[int, int] | None = None,
         eos_token_id: int | None = None,
     ):
-        import llama_cpp
         from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
 
         draft = LlamaPromptLookupDecoding(max_ngram_size=lookup[0], num_pred_tokens=lookup[1]) if lookup else None
         n = threads or torch.get_num_threads()
         # with a drafter every position's logits are kept (llama-cpp-python sizes that buffer by logits_all)
-        self.llm = llama_cpp.Llama(
-            str(gguf),
+        self.llm = open_llama(
+            gguf,
             n_ctx=n_ctx,
             n_threads=n,
             n_threads_batch=n,
