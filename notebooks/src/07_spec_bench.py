@@ -49,9 +49,11 @@
 #
 # **How long it takes.** With `RESULTS = "auto"` (the default) every step is read from
 # `data/results/` and the notebook draws in about a minute (loading the model takes some seconds the
-# first time it is dequantized). `"recompute"` runs every step: about two and a half hours on 2 CPU cores (section 8's
-# runtimes about 32 minutes of it, the feature head 31 and the separate draft model 27, plus three minutes the first time to export the ONNX graphs; Token Recycling 18 and
-# REST 16 minutes, plus generating REST's datastore of answers the first time, about 15 minutes). The
+# first time it is dequantized). `"recompute"` runs every step: about three and a half hours on 2 CPU
+# cores, as the saved steps record: the benchmark 23 minutes, the feature head 31 and the separate draft
+# model 27, Token Recycling 12, REST 17 (plus about 15 the first time, to generate its datastore of
+# answers), Lookahead and HVD over every source 25, the temperature-1 chi-square 45, section 8's
+# runtimes 18 (plus three minutes the first time to export the ONNX graphs). The
 # whole benchmark is `-p PER_TASK None` (about ten times as long).
 
 # %%
