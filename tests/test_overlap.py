@@ -173,6 +173,13 @@ def test_a_reset_pipe_reads_as_a_stopped_draft_thread(models):
         d._conn = real
 
 
+def _as_from_a_terminal():
+    """Ctrl-C as a script run from a shell gets it: an ignored or blocked SIGINT is inherited across exec, and
+    the process running the tests may have either (in two full `make test` runs the script never saw it)."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_leaves_no_draft_process(tmp_path):
     """A script (no __main__ guard, no `with`) interrupted mid-generation: it exits, its draft process too."""
     script = tmp_path / "run.py"
@@ -192,7 +199,13 @@ def test_ctrl_c_leaves_no_draft_process(tmp_path):
             """
         )
     )
-    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, str(script)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=_as_from_a_terminal,
+    )
     child = int(proc.stdout.readline())
     time.sleep(0.5)
     proc.send_signal(signal.SIGINT)
