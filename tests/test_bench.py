@@ -7,10 +7,11 @@ import sys
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import noisy_copy, tiny_lm
 
 from speclib import ModelDrafter, Sampling, generate
 from speclib.core import device
-from speclib.research import bench
+from speclib.research import bench, peers
 
 
 def _rows(ar_s, sd_s, tokens=64, rounds=1):
@@ -102,6 +103,18 @@ def test_paired_runs_alternate_the_order_and_check_identity(pair):
     table = bench.speedup_table(runs)
     assert set(table.method) == {"SD2", "SD3"} and (table.identical == table.runs).all()
     assert ((table.tokens_per_call >= 1) & (table.tokens_per_call <= 4)).all()
+
+
+@pytest.mark.parametrize("k", [1, 3])
+def test_transformers_assisted_generation_gives_greedy_ar_output(k):
+    """The peer speclib's draft model is compared with: transformers' assisted generation, drafting a
+    constant k, must reproduce greedy AR exactly (tiny random models: no near-ties in 24 tokens)."""
+    target, draft = tiny_lm(seed=0), noisy_copy(seed=0)
+    ar = generate(target, [3, 1, 4], 24, sampling=Sampling(0.0), eos_token_id=None).tokens
+    g = peers.hf_assisted(target, draft, [3, 1, 4], 24, k)
+    assert g.tokens == ar == peers.hf_generate(target, [3, 1, 4], 24).tokens
+    assert draft.model.generation_config.num_assistant_tokens == k
+    assert g.stats.new_tokens == 24 and g.stats.seconds > 0
 
 
 def test_paired_runs_refuse_bad_input(pair):

@@ -359,6 +359,7 @@ def test_07_spec_bench_smoke(smoke_run):
         ("es_runs", {"lookahead", "HVD (every source)"}),
         ("head_runs", None),
         ("draft_runs", None),
+        ("self_runs", None),
     ):
         runs = pd.read_parquet(res / f"{step_runs}.parquet")
         for m in methods or set(runs.method) - {"AR"}:
@@ -379,6 +380,12 @@ def test_07_spec_bench_smoke(smoke_run):
     assert (ident.identical[drafts] == ident.turns[drafts]).all() and (ov.tokens_per_step[drafts] >= 1).all()
     dcost = pd.read_parquet(res / "draft_cost.parquet").set_index("method")
     assert set(dcost.index) == set(drafts) and dcost.token_acceptance.between(0, 1).all()
+    assert "transformers assisted" in set(pd.read_parquet(res / "draft_runs.parquet").method)
+    # a self-draft from SmolLM2's own layers with a trained exit: lossless
+    assert ident.identical["self-draft"] == ident.turns["self-draft"] and ov.tokens_per_step["self-draft"] >= 1
+    scost = pd.read_parquet(res / "self_cost.parquet")
+    assert scost.token_acceptance.between(0, 1).all() and (scost.c > 0).all()
+    assert (pd.read_parquet(res / "self_exits.parquet").steps == 2).all()
     chi = pd.read_parquet(res / "chi2.parquet")
     assert (
         set(chi.method) == {"prompt lookup", "suffix", "AR (negative control)"}

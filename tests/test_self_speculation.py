@@ -18,7 +18,7 @@ import random
 import numpy as np
 import pytest
 import torch
-from conftest import spread_hybrid
+from conftest import spread_hybrid, tiny_lm
 from transformers import Qwen3_5ForCausalLM
 
 from speclib import Sampling, generate
@@ -188,7 +188,7 @@ def test_bad_layer_subsets_are_value_errors(target, layers, match):
 def test_bad_inputs(target):
     with pytest.raises(ValueError, match="not both"):
         HybridLM(target.model, None, "cpu", skip_attention=True, layers=[0])
-    with pytest.raises(TypeError, match="hybrid LM"):
+    with pytest.raises(TypeError, match="HybridLM or a LlamaLM"):
         LayerSkipDrafter(object(), [0])
     with pytest.raises(ValueError, match="k"):
         LayerSkipDrafter(target, [0], k=0)
@@ -319,3 +319,67 @@ def test_exit_adapter_starts_as_identity_and_training_lowers_kl(target):
             generate(target, p, 16, drafter=LayerSkipDrafter(target, layers, 3, exit=adapter), sampling=GREEDY).tokens
             == ar
         )
+
+
+# --- the same self-drafts on a Llama (speclib.lms.LlamaLM) ------------------------------------------------
+@pytest.fixture(scope="module")
+def llama():
+    """A tiny random Llama with its weights spread (std 0.2), so its layers change the distribution a lot."""
+    lm = tiny_lm(32, 4, seed=3, impl="fast")
+    g = torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        for w in lm.model.parameters():
+            if w.dim() == 2:
+                w.copy_(0.2 * torch.randn(w.shape, generator=g))
+    return lm
+
+
+def ablated_llama(model, layers, exit=None):
+    """transformers' Llama running only `layers` (the others removed), `exit` before its final norm."""
+    m = copy.deepcopy(model)
+    m.model.layers = torch.nn.ModuleList(m.model.layers[i] for i in layers)
+    m.config.num_hidden_layers = len(layers)
+    for j, layer in enumerate(m.model.layers):
+        layer.self_attn.layer_idx = j
+    if exit is not None:
+        m.model.norm.register_forward_pre_hook(lambda mod, args: (exit(args[0]),))
+    return m
+
+
+@pytest.mark.parametrize("layers,exit", [([0, 1, 2, 3], None), ([0, 2], None), ([1], "adapter"), ([0, 3], "adapter")])
+def test_llama_subset_equals_transformers_layer_by_layer(llama, layers, exit):
+    adapter = random_adapter() if exit else None
+    twin = ablated_llama(llama.model, layers, adapter)
+    view = llama.view(layers=layers, exit=adapter)
+    assert view.model is llama.model and view.layers == layers and view.kv.shape[0] == len(layers)
+    committed = [random.Random(5).randrange(V) for _ in range(9)]
+    got = view.reset(committed)
+    assert (got - ref_logits(twin, committed)[-1]).abs().max() < TOL
+    if len(layers) < 4 or exit:
+        assert (got - llama.reset(committed)).abs().max() > 100 * TOL  # the skipped layers matter
+    tokens, parents = [4, 9, 2, 6], [-1, 0, 0, 2]
+    out = view.extend(tokens, parents)
+    for j in range(len(tokens)):
+        path, p = [], j
+        while p >= 0:
+            path.append(tokens[p])
+            p = parents[p]
+        assert (out[j] - ref_logits(twin, committed + path[::-1])[-1]).abs().max() < TOL
+    assert view.view().layers == layers and view.view(exit=None).exit is None  # views keep the subset
+
+
+def test_llama_self_draft_is_lossless_and_its_exit_trains(llama):
+    assert subset(llama, "first_n", 2) == [0, 1] and subset(llama, "every_other") == [0, 2]
+    with pytest.raises(ValueError, match="no decoder layer"):
+        subset(llama, "linear")  # a Llama has no linear-attention layer
+    adapter, rep = train_exit(
+        llama, [0, 1], np.random.default_rng(0).integers(0, V, 3000), steps=25, rank=8, batch=4, seq=32, lr=1e-2
+    )
+    assert rep["kl_after"] < 0.95 * rep["kl_before"] and rep["acceptance_after"] > rep["acceptance_before"]
+    for p in PROMPTS:
+        ar = generate(llama, p, 16, sampling=GREEDY).tokens
+        for exit in (None, adapter):
+            d = LayerSkipDrafter(llama, [0, 1], k=3, exit=exit)
+            assert generate(llama, p, 16, drafter=d, sampling=GREEDY).tokens == ar
+    with pytest.raises(ValueError, match="same model, layers and exit"):
+        type(llama).extend_batch([llama.view(), llama.view(layers=[0])], [[1], [2]], [[-1], [-1]])

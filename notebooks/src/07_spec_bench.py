@@ -14,13 +14,14 @@
 # (`spec_bench.split`). Methods: the training-free drafters — prompt lookup, the suffix tree, Token
 # Recycling (the target's own earlier top-k candidates) and REST (retrieval from a datastore) — and
 # prompt lookup in two other implementations on the very same weights: `transformers` (its prompt
-# lookup decoding) and llama.cpp (its prompt lookup drafter, on the GGUF file itself); then a trained
-# draft, an EAGLE-style feature head over SmolLM2's own hidden states, over the whole vocabulary and
-# over its most frequent tokens (FR-Spec).
+# lookup decoding) and llama.cpp (its prompt lookup drafter, on the GGUF file itself); then trained
+# drafts over the whole vocabulary and over its most frequent tokens (FR-Spec): an EAGLE-style feature
+# head over SmolLM2's own hidden states, a separate small draft model (beside `transformers`' assisted
+# generation with the same draft), and self-drafts from SmolLM2's own layers with a trained exit.
 #
 # **How to read it.** Section 1 measures what one target pass costs (the currency of every speedup).
 # Section 2 builds the questions, section 3 chooses the drafters' settings on the pilot questions,
-# section 4 runs every method on the reported questions (Token Recycling, REST and the feature head in
+# section 4 runs every method on the reported questions (the trained drafts, Token Recycling and REST in
 # steps of their own, each with its own pilot), section 5 compares implementations, section 6
 # sets the per-task profile beside Spec-Bench's leaderboard, section 7 checks the output distribution
 # at temperature 1. Speedups are the workbook's estimator (median over questions of the paired
@@ -72,6 +73,13 @@ HEAD_KS = [2, 3, 4]  # the head's draft lengths tried on the pilot
 DRAFT_MODEL = "smollm2-draft"  # a separate draft LM with TARGET's tokenizer: section 4's draft-model rows; None
 # skips them. Train one: python -m speclib chat_data TARGET; python -m speclib train draft TARGET
 DRAFT_KS = [3, 5]  # the draft model's chain lengths tried on the pilot
+SELF_DRAFTS = [["first_n", 8], ["first_n", 14], ["every_other", None]]  # TARGET's own layer subsets
+# (speclib.drafters.layers.subset kind and n), each with a trained exit adapter; [] skips the self-draft rows
+SELF_KS = [1, 2]  # the self-draft's chain lengths tried on the pilot
+EXIT_STEPS = 400  # each exit adapter's training: at most this many steps ...
+EXIT_MINUTES = 4  # ... or minutes (untimed, on every CPU)
+EXIT_TEXT = "chat"  # the exits' training text: SmolLM2's answers to REST_ANSWERS instructions ("chat") or the
+# instructions alone ("prompts": no generation)
 RECYCLING_NODES = [1, 2, 3, 5, 7, 11, 15]  # Token Recycling tree sizes; the cost model picks one (section 4)
 RECYCLING_TOP_K = 8  # candidates kept per token in Token Recycling's matrix
 REST_SOURCE = "chat"  # REST's datastore: the model's own answers to instructions outside Spec-Bench ("chat"), the
@@ -115,11 +123,13 @@ from speclib import HybridDrafter, Lookahead, PromptLookupDrafter, Sampling, Suf
 from speclib.core.device import REPO
 from speclib.drafters import rest
 from speclib.drafters.hybrid import FEATURES, Costs, PayoffPredictor, feature_matrix
+from speclib.drafters.layers import subset
 from speclib.drafters.recycling import expected_accepted, recycling_template
 from speclib.lms import backends, pretrained
 from speclib.lms.head import token_counts
 from speclib.lms.loading import describe
-from speclib.research import bench, datastore, peers, spec_bench, stats
+from speclib.research import bench, chat_data, datastore, peers, spec_bench, stats
+from speclib.research.layer_search import train_exit
 from speclib.workbook import results
 from speclib.workbook.plotting import savefig, style
 from speclib.workbook.study import Study
@@ -127,6 +137,7 @@ from speclib.workbook.study import Study
 if SMOKE:
     PER_TASK, PILOT_PER_TASK, MAX_NEW_TOKENS, LATENCY_REPEATS, CHI2_TOKENS = 1, 1, 12, 3, 120
     LOOKUP_GRID, SUFFIX_GRID, HEAD_KS, DRAFT_KS = [[2, 4], [2, 8]], [8], [2], [2]
+    SELF_DRAFTS, SELF_KS, EXIT_STEPS, EXIT_TEXT = [["first_n", 4]], [1], 2, "prompts"
     RUNTIMES, RUNTIME_KS, RUNTIME_PER_TASK = ["torch", "torch-int8"], [2, 4], 1
     RECYCLING_NODES = [1, 3]
     REST_SOURCE, REST_ANSWERS, REST_NODES = "prompts", 100, [4]
@@ -458,19 +469,22 @@ def draft_model_runs():
     )
 
     def methods_for(kind, k):
+        if kind == "assisted":  # transformers' own loop, the same draft over the whole vocabulary
+            return lambda ids, i: peers.hf_assisted(target, draft, ids, MAX_NEW_TOKENS, k)
         d = speclib.ModelDrafter(lms[kind], k)
         return lambda ids, i: generate(target, ids, MAX_NEW_TOKENS, drafter=d, sampling=GREEDY)
 
-    grid = {"AR": ar_run} | {f"{kind} k={k}": methods_for(kind, k) for kind in lms for k in DRAFT_KS}
+    kinds = [*lms, "assisted"]
+    grid = {"AR": ar_run} | {f"{kind} k={k}": methods_for(kind, k) for kind in kinds for k in DRAFT_KS}
     pilot_ = bench.paired_runs([t[0] for t in pilot_turns], grid)
     ratio = {m: bench.speedup(pilot_, m)["total_ratio"] for m in grid if m != "AR"}
-    best = {kind: max(DRAFT_KS, key=lambda k: ratio[f"{kind} k={k}"]) for kind in lms}
-    names = {"draft": "draft model", "draft+FR": "draft model + FR-Spec"}
-    methods = {"AR": ar_run} | {names[kind]: methods_for(kind, best[kind]) for kind in lms}
+    best = {kind: max(DRAFT_KS, key=lambda k: ratio[f"{kind} k={k}"]) for kind in kinds}
+    names = {"draft": "draft model", "draft+FR": "draft model + FR-Spec", "assisted": "transformers assisted"}
+    methods = {"AR": ar_run} | {names[kind]: methods_for(kind, best[kind]) for kind in kinds}
     outputs_ = {}
     runs_ = bench.paired_runs([t[0] for t in reported_turns], {m: recorded(m, f, outputs_) for m, f in methods.items()})
     toks = pd.DataFrame([dict(prompt=i, method=m, tokens=list(map(int, t))) for (i, m), t in outputs_.items()])
-    chosen = runs_.method.map({names[kind]: best[kind] for kind in lms})
+    chosen = runs_.method.map({names[kind]: best[kind] for kind in kinds})
     return {
         "draft_pilot": pilot_.assign(**meta),
         "draft_runs": runs_.assign(chosen_k=chosen, **meta),
@@ -497,12 +511,128 @@ if DRAFT_MODEL:
                 **bench.loop_costs(druns, m),
             )
             for m in druns.method.unique()
-            if m != "AR"
+            if m not in ("AR", "transformers assisted")  # transformers' loop reports no steps
         ]
     )
     results.save(draft_cost.assign(**meta), f"{NB}/draft_cost")
     display(draft_cost.round(3))
+    if "transformers assisted" in set(druns.method):
+        best_draft = max(["draft model", "draft model + FR-Spec"], key=lambda m: bench.speedup(druns, m)["speedup"])
+        over_hf = bench.speedup(druns, best_draft, "transformers assisted")
+        hf_k = int(druns[druns.method == "transformers assisted"].chosen_k.iloc[0])
+        display(
+            Markdown(
+                f"transformers' assisted generation with the same draft (its k = {hf_k} chosen on the same pilot "
+                f"turns) runs at {bench.speedup(druns, 'transformers assisted')['speedup']:.2f}x speclib's AR; speclib's "
+                f"{best_draft} runs at **{over_hf['speedup']:.2f}x** its speed, paired per turn (95% CI "
+                f"{over_hf['lo']:.2f}-{over_hf['hi']:.2f}; the workbook's aim is at least 1.2x)."
+            )
+        )
     outputs = pd.concat([outputs, dsaved["draft_outputs"][dsaved["draft_outputs"].method != "AR"]], ignore_index=True)
+
+# %% [markdown]
+# ### Self-speculation: SmolLM2's own layers as its draft
+# Notebook 06 drafted with a subset of the target's own decoder layers: no second model, the same
+# weights, a KV cache of its own. Here the subsets are SmolLM2's first 8 or 14 of its 30 layers (early
+# exit) and every other layer, each followed by an exit adapter (a norm and a rank-16 residual, notebook
+# 06's) trained for a few minutes to bring the subset's next-token distribution towards the full
+# model's, on SmolLM2's answers to instructions outside Spec-Bench (REST's datastore text); the frozen final
+# norm and output layer follow, over the FR-Spec vocabulary (the `FR_VOCAB` most frequent tokens of that
+# text) when `FR_VOCAB` is set. Every draft token runs the subset and the output layer, so c is at least
+# the subset's share of the weights (8 layers: about a fifth of SmolLM2's 134M, plus the output layer's
+# 28M or, with FR-Spec, 5M). The subset and k are chosen on the pilot turns; the chosen one runs paired
+# with AR on the reported turns.
+
+
+# %%
+def self_draft_runs():
+    if EXIT_TEXT == "chat":
+        chat_data.answer(TARGET, "train", REST_ANSWERS)  # cached in build/ (REST's datastore reads the same answers)
+        stream = chat_data.stream(TARGET, "train", REST_ANSWERS)
+    else:
+        stream = chat_data.prompt_stream(TARGET, "train", REST_ANSWERS)
+    fr = (
+        speclib.drafters.frequent_tokens(np.bincount(stream, minlength=target.model.config.vocab_size), FR_VOCAB)
+        if FR_VOCAB
+        else None
+    )
+    exits, reports = {}, []
+    with speclib.core.device.threads(None):  # training is untimed: every CPU
+        for kind, n in SELF_DRAFTS:
+            layers = subset(target, kind, n)
+            adapter, rep = train_exit(target, layers, stream, EXIT_STEPS, minutes=EXIT_MINUTES, seed=SEED)
+            name = kind if n is None else f"{kind} {n}"
+            exits[name] = (layers, adapter)
+            reports.append(dict(subset=name, **{k: v for k, v in rep.items() if k != "layers"}, layers=len(layers)))
+
+    def method(name, k):
+        view = target.view(layers=exits[name][0], exit=exits[name][1])
+        if fr is not None:
+            view.restrict_vocab(fr)
+        d = speclib.ModelDrafter(view, k)
+        return lambda ids, i: generate(target, ids, MAX_NEW_TOKENS, drafter=d, sampling=GREEDY)
+
+    grid = {"AR": ar_run} | {f"{name} k={k}": method(name, k) for name in exits for k in SELF_KS}
+    pilot_ = bench.paired_runs([t[0] for t in pilot_turns], grid)
+    best = max((m for m in grid if m != "AR"), key=lambda m: bench.speedup(pilot_, m)["total_ratio"])
+    name, k = best.rsplit(" k=", 1)
+    outputs_ = {}
+    methods = {"AR": ar_run, "self-draft": method(name, int(k))}
+    runs_ = bench.paired_runs([t[0] for t in reported_turns], {m: recorded(m, f, outputs_) for m, f in methods.items()})
+    toks = pd.DataFrame([dict(prompt=i, method=m, tokens=list(map(int, t))) for (i, m), t in outputs_.items()])
+    return {
+        "self_pilot": pilot_.assign(**meta),
+        "self_runs": runs_.assign(subset=name, chosen_k=int(k), fr_vocab=FR_VOCAB or 0, **meta),
+        "self_outputs": toks.assign(**meta),
+        "self_exits": pd.DataFrame(reports).assign(**meta),
+    }
+
+
+if SELF_DRAFTS:
+    fsaved = study.step(
+        "self_draft",
+        self_draft_runs,
+        uses=QUESTION_SET
+        + ["SELF_DRAFTS", "SELF_KS", "EXIT_STEPS", "EXIT_MINUTES", "EXIT_TEXT", "REST_ANSWERS", "FR_VOCAB"]
+        + ["THREADS"],
+    )
+    fruns = fsaved["self_runs"]
+    table = pd.concat([table, spec_bench.task_table(fruns, tasks)], ignore_index=True)
+    display(Markdown("Each subset's exit adapter (KL to the full model and acceptance proxy on held-out answers):"))
+    display(
+        fsaved["self_exits"][
+            [
+                "subset",
+                "layers",
+                "steps",
+                "tokens",
+                "seconds",
+                "kl_before",
+                "kl_after",
+                "acceptance_before",
+                "acceptance_after",
+            ]
+        ].round(3)
+    )
+    display(Markdown("Pilot turns (the subset and k with the highest pooled ratio are kept):"))
+    display(bench.speedup_table(fsaved["self_pilot"])[["method", "speedup", "total_ratio", "tokens_per_call"]].round(3))
+    self_cost = dict(
+        subset=fruns.subset.iloc[0],
+        chosen_k=int(fruns.chosen_k.iloc[0]),
+        token_acceptance=fruns[fruns.method == "self-draft"].accepted.sum()
+        / fruns[fruns.method == "self-draft"].reached.sum(),
+        **bench.loop_costs(fruns, "self-draft"),
+    )
+    results.save(pd.DataFrame([self_cost]).assign(**meta), f"{NB}/self_cost")
+    r_self = bench.speedup(fruns, "self-draft")
+    display(
+        Markdown(
+            f"Chosen: {self_cost['subset']} at k = {self_cost['chosen_k']}. On the reported turns the self-draft runs at "
+            f"{r_self['speedup']:.2f}x AR (95% CI {r_self['lo']:.2f}-{r_self['hi']:.2f}): per-token acceptance "
+            f"{self_cost['token_acceptance']:.2f}, a draft step costing c = {self_cost['c']:.2f} target passes."
+        )
+    )
+    outputs = pd.concat([outputs, fsaved["self_outputs"][fsaved["self_outputs"].method != "AR"]], ignore_index=True)
 
 # %% [markdown]
 # ### The target's own candidates: Token Recycling
@@ -893,6 +1023,8 @@ mine = (
             "feature head + FR-Spec",
             "draft model",
             "draft model + FR-Spec",
+            "transformers assisted",
+            "self-draft",
             "token recycling",
             "REST",
             "lookahead",
@@ -962,7 +1094,11 @@ speclib_methods = [
     "REST",
     "lookahead",
     "HVD (every source)",
-] + [m for m in ("feature head", "feature head + FR-Spec", "draft model", "draft model + FR-Spec") if m in tok.columns]
+] + [
+    m
+    for m in ("feature head", "feature head + FR-Spec", "draft model", "draft model + FR-Spec", "self-draft")
+    if m in tok.columns
+]
 assert all(identity.set_index("method").identical[m] == len(tok) for m in speclib_methods), (
     "a speclib method changed the greedy output"
 )
@@ -1427,6 +1563,27 @@ if DRAFT_MODEL:
             for m in dc.index
         )
         + "."
+    )
+    if "transformers assisted" in overall.index:
+        lines.append(
+            f"* Against transformers' assisted generation with the same draft: speclib's {best_draft} at "
+            f"{over_hf['speedup']:.2f}x its speed, paired per turn (95% CI {over_hf['lo']:.2f}-{over_hf['hi']:.2f}; "
+            f"goal 1.2x); assisted generation itself at {overall.speedup['transformers assisted']:.2f}x speclib's AR."
+        )
+if SELF_DRAFTS:
+    lines.append(
+        f"* Self-speculation with SmolLM2's own layers ({self_cost['subset']} with a trained exit, k = "
+        f"{self_cost['chosen_k']}): {overall.speedup['self-draft']:.2f}x over AR, "
+        f"{overall.tokens_per_step['self-draft']:.2f} tokens per step at a per-token acceptance of "
+        f"{self_cost['token_acceptance']:.2f} and c = {self_cost['c']:.2f}"
+        + (
+            "; it pays, as it did not on notebook 06's hybrid model at long contexts."
+            if overall.lo["self-draft"] > 1
+            else "; like notebook 06's self-drafts it does not pay: a subset cheap enough to draft with agrees too "
+            "rarely with the whole model."
+            if overall.hi["self-draft"] < 1
+            else "; it neither clearly wins nor clearly loses."
+        )
     )
 lines.append(
     f"* Against transformers on the same float32 weights: speclib's prompt lookup at "

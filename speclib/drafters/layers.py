@@ -1,15 +1,16 @@
-"""Layer-subset self-speculation on a hybrid model: a view of the target's own weights that runs only
-some of its decoder layers drafts for the full model (docs/self_speculation.md).
+"""Layer-subset self-speculation on a hybrid model or a Llama: a view of the target's own weights that
+runs only some of its decoder layers drafts for the full model (docs/self_speculation.md).
 
     layers = subset(target, "linear_early_exit", n=2)     # or any list of decoder-layer indices
     drafter = LayerSkipDrafter(target, layers, k=2)        # lossless: the full model verifies
     adapter, report = train_exit(target, layers, stream, steps=200)   # optional trained exit
     best = search_subsets(target, prompts, proxy_measure(target, windows), budget=30)
 
-Every subset is a `HybridLM.view(layers=...)` over the same weights with its own decoding state, so
-there is no second model to train or keep in memory. An `ExitAdapter` (a norm and a zero-initialised
-low-rank residual) sits before the target's frozen final norm and LM head and is trained to bring
-the subset's next-token distribution closer to the full model's; the target's weights are untouched.
+Every subset is a `HybridLM.view(layers=...)` (or `LlamaLM.view(layers=...)`) over the same weights
+with its own decoding state, so there is no second model to train or keep in memory. An `ExitAdapter`
+(a norm and a zero-initialised low-rank residual) sits before the target's frozen final norm and LM
+head and is trained to bring the subset's next-token distribution closer to the full model's; the
+target's weights are untouched.
 """
 
 from __future__ import annotations
@@ -19,14 +20,15 @@ import torch
 from speclib.core.sampling import Sampling
 from speclib.drafters.model import ModelDrafter
 from speclib.lms.hybrid import HybridLM, check_layers
+from speclib.lms.llama import LlamaLM
 
 KINDS = ("all", "linear", "linear_early_exit", "every_other", "first_n")
 
 
-def _hybrid(target, who: str) -> HybridLM:
-    if not isinstance(target, HybridLM):
+def _layered(target, who: str) -> HybridLM | LlamaLM:
+    if not isinstance(target, (HybridLM, LlamaLM)):
         raise TypeError(
-            f"{who} needs a hybrid LM (speclib.lms.hybrid.HybridLM), got {type(target).__name__}: "
+            f"{who} needs a HybridLM or a LlamaLM (speclib.lms), got {type(target).__name__}: "
             f"layer-subset self-drafts are views of its decoder layers"
         )
     return target
@@ -41,7 +43,7 @@ def subset(target: HybridLM, kind: str, n: int | None = None) -> list[int]:
     "every_other"        layers 0, 2, 4, ...
     "first_n"            layers 0 .. n-1 (plain early exit)
     """
-    L = len(_hybrid(target, "subset").is_gdn)
+    L = len(_layered(target, "subset").is_gdn)
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
     needs_n = kind in ("linear_early_exit", "first_n")
@@ -79,7 +81,7 @@ class LayerSkipDrafter(ModelDrafter):
         exit: torch.nn.Module | None = None,
         sampling: Sampling | None = None,
     ):
-        _hybrid(target, "LayerSkipDrafter")
+        _layered(target, "LayerSkipDrafter")
         self.layers = check_layers(layers, len(target.is_gdn))
         super().__init__(target.view(layers=self.layers, exit=exit), k, sampling)
 

@@ -15,7 +15,10 @@ import weakref
 import torch
 import torch.nn.functional as F
 
+from speclib.lms.hybrid import check_layers
 from speclib.lms.lm import HFLM
+
+_SAME = object()  # view(): "keep this LM's exit" (None means no exit)
 
 # On CPU the fp32 projections go through oneDNN with the weights reordered once into its blocked layout. The
 # default path (MKL) is slow for the few-row products that verification is made of: on 2 cores of an AMD
@@ -62,11 +65,19 @@ def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor
 
 
 class LlamaLM(HFLM):
-    """Same protocol and results as HFLM for Llama-architecture models, with less overhead per call."""
+    """Same protocol and results as HFLM for Llama-architecture models, with less overhead per call.
 
-    def __init__(self, model, tokenizer, device, path=None):
+    `layers` (decoder-layer indices, default all) and `exit` (a module on the last hidden state [1, N, D]
+    before the final norm and LM head, e.g. `speclib.drafters.layers.ExitAdapter`) make a layer-subset
+    self-draft over the same weights (`view(layers=...)`, `LayerSkipDrafter`), as for `HybridLM`."""
+
+    def __init__(self, model, tokenizer, device, path=None, layers=None, exit=None):
         super().__init__(model, tokenizer, device, path)
         cfg = model.config
+        n_layers = cfg.num_hidden_layers
+        self.layers = check_layers(range(n_layers) if layers is None else layers, n_layers)
+        self.is_gdn = [False] * n_layers  # no linear-attention layer: the layer-subset tools read this
+        self.exit = exit
         self.n_heads, self.n_kv = cfg.num_attention_heads, cfg.num_key_value_heads
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
         inner = model.model
@@ -75,16 +86,24 @@ class LlamaLM(HFLM):
             probe = torch.zeros(1, device=device, dtype=self.dtype)
             cos, sin = inner.rotary_emb(probe, pos)  # [1, T, head_dim]
         self.cos, self.sin = cos[0], sin[0]
-        shape = (cfg.num_hidden_layers, 2, self.n_kv, self.max_length, self.head_dim)
-        self.kv = torch.empty(shape, device=device, dtype=self.dtype)  # [L, k/v, Hkv, T, hd]
+        shape = (len(self.layers), 2, self.n_kv, self.max_length, self.head_dim)
+        self.kv = torch.empty(shape, device=device, dtype=self.dtype)  # [layers run, k/v, Hkv, T, hd]
         self._forward = _forward  # the decoder (module function); the torch-compile backend swaps in a compiled one
         self.vocab_rows = self._head_rows = None
         self.packed = True  # projections through oneDNN's reordered weights (`linear`); off for export and compile
 
-    def view(self) -> LlamaLM:
+    def view(self, layers=None, exit=_SAME) -> LlamaLM:
         """Another LlamaLM over the same weights with its own KV cache and decoding state (one per request
-        in a batch: `extend_batch`, `speclib.core.generate.generate_batch`, the server's engine)."""
-        out = LlamaLM(self.model, self.tokenizer, self.device, self.path)
+        in a batch: `extend_batch`, `speclib.core.generate.generate_batch`, the server's engine), or a
+        self-draft running only `layers`. Unset arguments keep this LM's layers and exit; exit=None drops it."""
+        out = LlamaLM(
+            self.model,
+            self.tokenizer,
+            self.device,
+            self.path,
+            self.layers if layers is None else layers,
+            self.exit if exit is _SAME else exit,
+        )
         out.vocab_rows, out._head_rows, out.packed = self.vocab_rows, self._head_rows, self.packed
         return out
 
@@ -120,8 +139,14 @@ class LlamaLM(HFLM):
         parents[r])` for every request in ONE forward. The projections, MLPs and LM head run once over
         all requests' new nodes (the weights are read once); attention runs per request over its own
         cache. The LMs must share one model (`view`). Returns one [n_r, V] fp32 logits tensor each."""
-        if not lms or len({id(lm.model) for lm in lms}) != 1 or not all(isinstance(lm, LlamaLM) for lm in lms):
-            raise ValueError("extend_batch needs one or more LlamaLMs over the same model (make them with lm.view())")
+        if (
+            not lms
+            or not all(isinstance(lm, LlamaLM) for lm in lms)
+            or len({(id(lm.model), tuple(lm.layers), id(lm.exit)) for lm in lms}) != 1
+        ):
+            raise ValueError(
+                "extend_batch needs one or more LlamaLMs over the same model, layers and exit (make them with lm.view())"
+            )
         if len(lms) != len(tokens) or len(lms) != len(parents):
             raise ValueError(f"got {len(lms)} LMs, {len(tokens)} token lists and {len(parents)} parent lists")
         if len({id(lm) for lm in lms}) != len(lms):
@@ -206,7 +231,7 @@ def _forward(reqs: list[tuple], last_only: bool = False) -> list[torch.Tensor]:
     x = inner.embed_tokens(ids[None])
     features = any(r[0]._features_on() for r in reqs)
     hidden = [x[0]] if features else None  # transformers' hidden_states, [N, d] each
-    for i, layer in enumerate(inner.layers):
+    for i, layer in enumerate(inner.layers[j] for j in lm0.layers):  # i: the layer's slot in each lm.kv
         q, k, v = lm0.qkv(layer, x, cos, sin)
         outs = []
         for (lm, *_), (start, end), mask, qr, kr, vr in zip(
@@ -220,6 +245,8 @@ def _forward(reqs: list[tuple], last_only: bool = False) -> list[torch.Tensor]:
         x = x + lm0.mlp(layer, x)
         if hidden is not None:
             hidden.append(x[0])
+    if lm0.exit is not None:  # early-exit adapter of a layer-subset self-draft
+        x = lm0.exit(x)
     x = inner.norm(x)
     if hidden is not None:
         hidden[-1] = x[0]  # the last one is the normed state

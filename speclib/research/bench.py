@@ -32,11 +32,11 @@ import torch
 
 from speclib.core.analytic import expected_tokens, predicted_speedup  # noqa: F401  (part of bench's API)
 from speclib.core.device import clock
-from speclib.core.generate import Generation, Stats, Step, generate
+from speclib.core.generate import Generation, Step, generate
 from speclib.core.protocols import LM
 from speclib.core.sampling import Sampling
 from speclib.drafters import ModelDrafter
-from speclib.research import stats
+from speclib.research import peers, stats
 
 WARMUP_PASSES = 5  # untimed passes before timing a latency case (allocator, caches, kernel choice)
 
@@ -265,27 +265,6 @@ def position_totals(runs: pd.DataFrame, k: int) -> tuple[np.ndarray, np.ndarray]
     return reached, accepted
 
 
-def hf_assisted(target: LM, draft: LM, prompt_ids, max_new_tokens: int, k: int) -> Generation:
-    """transformers assisted generation, greedy, constant k draft tokens, as a `Generation` (time and
-    tokens only: transformers does not report its steps)."""
-    cfg = draft.model.generation_config
-    cfg.num_assistant_tokens, cfg.num_assistant_tokens_schedule = k, "constant"
-    cfg.assistant_confidence_threshold = 0.0  # always draft k: the same work as speclib's chain
-    ids = torch.tensor([list(prompt_ids)], device=target.device)
-    t0 = clock(target.device)
-    with torch.inference_mode():
-        out = target.model.generate(
-            ids,
-            assistant_model=draft.model,
-            do_sample=False,
-            max_new_tokens=max_new_tokens,
-            pad_token_id=target.eos_token_id,
-        )
-    seconds = clock(target.device) - t0
-    tokens = out[0, len(prompt_ids) :].tolist()
-    return Generation(tokens, "", Stats(new_tokens=len(tokens), seconds=seconds, tokens_per_s=len(tokens) / seconds))
-
-
 def chain_methods(
     target: LM, draft: LM, ks, max_new_tokens: int, sampling: Sampling, seed: int = 0, assisted: bool = False
 ) -> dict:
@@ -301,9 +280,9 @@ def chain_methods(
             )
         )(k)
         if assisted:
-            methods[f"assisted K={k}"] = (lambda k: lambda ids, i: hf_assisted(target, draft, ids, max_new_tokens, k))(
-                k
-            )
+            methods[f"assisted K={k}"] = (
+                lambda k: lambda ids, i: peers.hf_assisted(target, draft, ids, max_new_tokens, k)
+            )(k)
     return methods
 
 

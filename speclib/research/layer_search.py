@@ -20,7 +20,7 @@ import torch.nn.functional as F
 
 from speclib.core.analytic import predicted_speedup
 from speclib.core.device import clock
-from speclib.drafters.layers import ExitAdapter, _hybrid
+from speclib.drafters.layers import ExitAdapter, _layered
 from speclib.lms.hybrid import HybridLM, check_layers
 from speclib.research.training import run_training
 
@@ -61,7 +61,7 @@ def subset_loss(target: HybridLM, layers, windows, exit: torch.nn.Module | None 
     """Mean held-out next-token loss (nats) of the subset model over token windows: the same
     computation as `bench_tree.heldout_loss` on `target.view(layers=layers, exit=exit)`."""
     return lm_loss(
-        _hybrid(target, "subset_loss").view(layers=check_layers(layers, len(target.is_gdn)), exit=exit), windows
+        _layered(target, "subset_loss").view(layers=check_layers(layers, len(target.is_gdn)), exit=exit), windows
     )
 
 
@@ -90,7 +90,7 @@ def acceptance_proxy(
     sum_x min(p, q) between the full model p and the subset q (argmax agreement at temperature 0).
     A cheap stand-in for the per-token acceptance a of decoding runs (it scores the windows' text, not
     the target's own continuations)."""
-    _hybrid(target, "acceptance_proxy")
+    _layered(target, "acceptance_proxy")
     full = target.view(layers=list(range(len(target.is_gdn))), exit=None)
     return lm_acceptance(full, target.view(layers=layers, exit=exit), windows, temperature)
 
@@ -101,7 +101,8 @@ def flop_cost(target: HybridLM, layers, context: int = 128) -> float:
     also 4 * heads * head_dim * context (scores and values over the cache: grows with the context);
     per GDN layer 4 * heads * K * V (its fixed-size state). Wall-clock c on a given machine also
     carries per-layer call overhead: time it (bench.latencies on the view) before trusting this."""
-    _hybrid(target, "flop_cost")
+    if not isinstance(target, HybridLM):  # it prices GDN and attention layers from the hybrid's modules
+        raise TypeError(f"flop_cost needs a HybridLM, got {type(target).__name__}")
     layers = check_layers(layers, len(target.is_gdn))
     if not isinstance(context, int) or context < 1:
         raise ValueError(f"context must be an int >= 1, got {context!r}")
@@ -121,7 +122,7 @@ def flop_cost(target: HybridLM, layers, context: int = 128) -> float:
 def proxy_measure(target: HybridLM, windows, context: int = 128, temperature: float = 1.0) -> Callable:
     """A cheap `measure` for `search_subsets`: (acceptance_proxy, flop_cost) of a subset; the full
     model's logits on `windows` are computed once."""
-    full = _hybrid(target, "proxy_measure").view(layers=list(range(len(target.is_gdn))), exit=None)
+    full = _layered(target, "proxy_measure").view(layers=list(range(len(target.is_gdn))), exit=None)
     windows = _check_windows(windows, 1)
     p = [_logits(full, w) for w in windows]
 
@@ -162,7 +163,7 @@ def search_subsets(
     descent can climb again later: the cost keeps falling); it stops when one layer is left or after
     `budget` measurements in all, and returns the best subset seen, so never one predicted below the
     start. v is the full model's verify ratio T(k+1)/T(1), the same for every subset."""
-    _hybrid(target, "search_subsets")
+    _layered(target, "search_subsets")
     if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
         raise ValueError(f"budget (measurements) must be an int >= 1, got {budget!r}")
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
@@ -238,7 +239,7 @@ def train_exit(
     10% of `stream`, then not trained on) gives `n_eval` evenly spaced evaluation windows. Stops after
     `steps` steps or `minutes`. Returns (adapter, report): KL and acceptance proxy (sum min(p, q))
     on the held-out windows before and after, steps, tokens, seconds."""
-    _hybrid(target, "train_exit")
+    _layered(target, "train_exit")
     layers = check_layers(layers, len(target.is_gdn))
     for name, val, lo in (("steps", steps, 1), ("batch", batch, 1), ("seq", seq, 2), ("n_eval", n_eval, 1)):
         if isinstance(val, bool) or not isinstance(val, int) or val < lo:
@@ -256,7 +257,7 @@ def train_exit(
     if seq > target.max_length:
         raise ValueError(f"seq ({seq}) is beyond the model's context of {target.max_length}")
 
-    adapter = ExitAdapter(target.config.hidden_size, rank, seed=seed).to(target.device)
+    adapter = ExitAdapter(target.hidden_size, rank, seed=seed).to(target.device)
     full = target.view(layers=list(range(len(target.is_gdn))), exit=_Capture())
     sub = target.view(layers=layers, exit=_Capture())
     _, norm, lm_head = target.frozen_parts()

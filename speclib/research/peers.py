@@ -2,6 +2,7 @@
 
     hf_generate(lm, ids, n)                  transformers' own greedy `generate` (its AR baseline)
     hf_prompt_lookup(lm, ids, n, k, ngram)   transformers' prompt lookup decoding (`prompt_lookup_num_tokens`)
+    hf_assisted(lm, draft, ids, n, k)        transformers' assisted generation with a draft model (`assistant_model`)
     LlamaCpp(gguf).generate(ids, n)          llama.cpp (llama-cpp-python) greedy on a GGUF file
     LlamaCpp(gguf, lookup=(ngram, k))        ... with its prompt lookup drafter (`LlamaPromptLookupDecoding`)
 
@@ -51,6 +52,16 @@ def hf_prompt_lookup(lm, prompt_ids, max_new_tokens: int, k: int = 10, max_ngram
     """transformers' prompt lookup decoding: up to k tokens copied after the last matching n-gram
     (n = max_ngram down to 1), verified by the target in one pass."""
     return _hf(lm, prompt_ids, max_new_tokens, prompt_lookup_num_tokens=k, max_matching_ngram_size=max_ngram)
+
+
+def hf_assisted(lm, draft, prompt_ids, max_new_tokens: int, k: int) -> Generation:
+    """transformers' assisted generation: `draft.model` proposes k tokens greedily, `lm.model` verifies
+    them in one pass. The schedule is constant and the draft never stops early on low confidence, so it
+    does the same work as speclib's chain of k (`ModelDrafter(draft, k)`)."""
+    cfg = draft.model.generation_config
+    cfg.num_assistant_tokens, cfg.num_assistant_tokens_schedule = k, "constant"
+    cfg.assistant_confidence_threshold = 0.0
+    return _hf(lm, prompt_ids, max_new_tokens, assistant_model=draft.model)
 
 
 class LlamaCpp:
