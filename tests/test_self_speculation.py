@@ -89,6 +89,19 @@ def ref_logits(model, seq) -> torch.Tensor:
     return model(input_ids=torch.tensor([list(seq)]), use_cache=False).logits[0].float()
 
 
+def assert_tree_matches(view, twin, committed):
+    """A tree of pending nodes extended on `view` (after `committed`) equals `twin`'s forward of
+    committed + each node's path."""
+    tokens, parents = [4, 9, 2, 6], [-1, 0, 0, 2]
+    out = view.extend(tokens, parents)
+    for j in range(len(tokens)):
+        path, p = [], j
+        while p >= 0:
+            path.append(tokens[p])
+            p = parents[p]
+        assert (out[j] - ref_logits(twin, committed + path[::-1])[-1]).abs().max() < TOL
+
+
 # --- the view -------------------------------------------------------------------------------------------
 def test_view_with_every_layer_is_the_full_model(target):
     tokens, parents = [4, 9, 2, 6, 1], [-1, 0, 0, 2, -1]
@@ -119,15 +132,7 @@ def test_subset_equals_transformers_layer_by_layer(model, target, layers, exit):
     got = view.reset(committed)
     assert (got - ref_logits(twin, committed)[-1]).abs().max() < TOL
     assert (got - target.reset(committed)).abs().max() > 100 * TOL  # the skipped layers matter
-    tokens, parents = [4, 9, 2, 6], [-1, 0, 0, 2]
-    out = view.extend(tokens, parents)
-    for j in range(len(tokens)):
-        path, p = [], j
-        while p >= 0:
-            path.append(tokens[p])
-            p = parents[p]
-        want = ref_logits(twin, committed + path[::-1])[-1]
-        assert (out[j] - want).abs().max() < TOL
+    assert_tree_matches(view, twin, committed)
 
 
 def test_skip_attention_stays_a_shorthand(target):
@@ -357,14 +362,7 @@ def test_llama_subset_equals_transformers_layer_by_layer(llama, layers, exit):
     assert (got - ref_logits(twin, committed)[-1]).abs().max() < TOL
     if len(layers) < 4 or exit:
         assert (got - llama.reset(committed)).abs().max() > 100 * TOL  # the skipped layers matter
-    tokens, parents = [4, 9, 2, 6], [-1, 0, 0, 2]
-    out = view.extend(tokens, parents)
-    for j in range(len(tokens)):
-        path, p = [], j
-        while p >= 0:
-            path.append(tokens[p])
-            p = parents[p]
-        assert (out[j] - ref_logits(twin, committed + path[::-1])[-1]).abs().max() < TOL
+    assert_tree_matches(view, twin, committed)
     assert view.view().layers == layers and view.view(exit=None).exit is None  # views keep the subset
 
 

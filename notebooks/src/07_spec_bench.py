@@ -50,11 +50,13 @@
 #
 # **How long it takes.** With `RESULTS = "auto"` (the default) every step is read from
 # `data/results/` and the notebook draws in about a minute (loading the model takes some seconds the
-# first time it is dequantized). `"recompute"` runs every step: about three and a half hours on 2 CPU
-# cores, as the saved steps record: the benchmark 23 minutes, the feature head 31 and the separate draft
-# model 27, Token Recycling 12, REST 17 (plus about 15 the first time, to generate its datastore of
-# answers), Lookahead and HVD over every source 25, the temperature-1 chi-square 45, section 8's
-# runtimes 18 (plus three minutes the first time to export the ONNX graphs). The
+# first time it is dequantized). `"recompute"` runs every step: about four hours on 2 CPU cores, as the
+# saved steps record: the benchmark 23 minutes, the feature head 24, the separate draft model with
+# transformers' assisted generation 37, the self-draft 35 (12 of them training its exits), Token
+# Recycling 12, REST 33 (about 15 of them, the first time, to generate its datastore of answers),
+# Lookahead and HVD over every source 25, the temperature-1 chi-square 23 (on both cores), section 8's
+# runtimes 18 (plus three minutes the first time to export the ONNX graphs). HEAD and DRAFT_MODEL set to
+# None and SELF_DRAFTS to [] leave out the trained drafts (about 95 minutes less). The
 # whole benchmark is `-p PER_TASK None` (about ten times as long).
 
 # %%
@@ -111,6 +113,8 @@ RESULTS = "auto"  # auto: reuse results saved with these parameters, else comput
 PUBLISH = False  # True: a run with non-default parameters also replaces data/results and figures/
 
 # %%
+from functools import partial
+
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
@@ -128,7 +132,7 @@ from speclib.drafters.recycling import expected_accepted, recycling_template
 from speclib.lms import backends, pretrained
 from speclib.lms.head import token_counts
 from speclib.lms.loading import describe
-from speclib.research import bench, chat_data, datastore, peers, spec_bench, stats
+from speclib.research import bench, chat_data, datastore, peers, sampled, spec_bench, stats
 from speclib.research.layer_search import train_exit
 from speclib.workbook import results
 from speclib.workbook.plotting import savefig, style
@@ -599,21 +603,7 @@ if SELF_DRAFTS:
     fruns = fsaved["self_runs"]
     table = pd.concat([table, spec_bench.task_table(fruns, tasks)], ignore_index=True)
     display(Markdown("Each subset's exit adapter (KL to the full model and acceptance proxy on held-out answers):"))
-    display(
-        fsaved["self_exits"][
-            [
-                "subset",
-                "layers",
-                "steps",
-                "tokens",
-                "seconds",
-                "kl_before",
-                "kl_after",
-                "acceptance_before",
-                "acceptance_after",
-            ]
-        ].round(3)
-    )
+    display(fsaved["self_exits"].drop(columns=[*meta, "eval_windows", "seq"]).round(3))
     display(Markdown("Pilot turns (the subset and k with the highest pooled ratio are kept):"))
     display(bench.speedup_table(fsaved["self_pilot"])[["method", "speedup", "total_ratio", "tokens_per_call"]].round(3))
     self_cost = dict(
@@ -1215,33 +1205,30 @@ if len(prof) >= 3:
 # `CHI2_TOKENS` tokens, and compare the token distributions with the permutation chi-square of
 # notebook 01 (`stats.run_permutation_test`, runs paired by prompt and seed, 999 relabellings; sparse
 # bins pooled). Negative control: AR against a second, independently seeded set of AR runs, which is
-# the null by construction. At α = 0.05 each row rejects a correct method 5% of the time.
+# the null by construction. At α = 0.05 each row rejects a correct method 5% of the time. Nothing here
+# is timed, so the four sets of runs are sampled side by side, one process per core at one thread
+# (`speclib.research.sampled`): each gives the very runs a single process would.
 
 
 # %%
-def sample_runs(make_drafter, seed0):
-    runs_, n, i = [], 0, 0
-    while n < CHI2_TOKENS:
-        ids = reported_turns[i % len(reported_turns)][0]
-        g = generate(target, ids, 64, drafter=make_drafter(), sampling=T1, seed=seed0 + i, eos_token_id=None)
-        runs_.append(g.tokens)
-        n += len(g.tokens)
-        i += 1
-    return runs_
-
-
 def chi2_tests():
     n, k = best_lookup
-    ar = sample_runs(lambda: None, SEED * 10**6)
+    job = dict(prompts=[t[0] for t in reported_turns], n_tokens=CHI2_TOKENS, max_new_tokens=64)
+    base = SEED * 10**6
+    runs_ = sampled.sample_runs_parallel(  # untimed: every core samples, one process per set of runs
+        TARGET,
+        {
+            "AR": job | dict(seed0=base),
+            "prompt lookup": job | dict(seed0=base, make_drafter=partial(PromptLookupDrafter, n, k)),
+            "suffix": job | dict(seed0=base, make_drafter=partial(SuffixDrafter, max_spec=best_suffix)),
+            "AR (negative control)": job | dict(seed0=base + 10**5),
+        },
+        workers=speclib.core.device.cpu_count(),
+    )
     rows = []
-    for name, make, seed0 in [
-        ("prompt lookup", lambda: PromptLookupDrafter(n, k), SEED * 10**6),
-        ("suffix", lambda: SuffixDrafter(max_spec=best_suffix), SEED * 10**6),
-        ("AR (negative control)", lambda: None, SEED * 10**6 + 10**5),
-    ]:
-        other = sample_runs(make, seed0)
-        m = min(len(ar), len(other))
-        r = stats.run_permutation_test(ar[:m], other[:m], n_perm=999, paired=True, seed=SEED)
+    for name in ["prompt lookup", "suffix", "AR (negative control)"]:
+        m = min(len(runs_["AR"]), len(runs_[name]))
+        r = stats.run_permutation_test(runs_["AR"][:m], runs_[name][:m], n_perm=999, paired=True, seed=SEED)
         rows.append(
             dict(
                 method=name,

@@ -650,6 +650,33 @@ def _rows_07() -> list[tuple[str, str, str]]:
                 "draft_cost.parquet",
             )
         )
+    if "transformers assisted" in set(table.method):
+        from speclib.research.bench import speedup
+
+        druns = results.load(f"{nb}/draft_runs")
+        parts = []
+        for m in ("draft model", "draft model + FR-Spec"):
+            r = speedup(druns, m, "transformers assisted")
+            parts.append(f"{m} **{r['speedup']:.2f}x** (95% CI {ci(r['lo'], r['hi'])})")
+        rows.append(
+            (
+                "SmolLM2: speclib's draft model vs transformers assisted generation, same draft, paired per turn",
+                "; ".join(parts),
+                "draft_runs.parquet",
+            )
+        )
+    try:
+        selfc = results.load(f"{nb}/self_cost").iloc[0]
+        rows.append(
+            (
+                "SmolLM2 self-draft (its own layers + trained exit), chosen on the pilot turns",
+                f"{selfc.subset} at k = {int(selfc.chosen_k)}: c = {selfc.c:.2f}, per-token acceptance "
+                f"{selfc.token_acceptance:.2f}",
+                "self_cost.parquet",
+            )
+        )
+    except results.MissingResult:
+        pass
     for r in impl.itertuples():
         rows.append(
             (
