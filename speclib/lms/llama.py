@@ -15,10 +15,8 @@ import weakref
 import torch
 import torch.nn.functional as F
 
-from speclib.lms.hybrid import check_layers
+from speclib.lms.hybrid import _SAME, check_layers  # _SAME: view()'s "keep this LM's exit"
 from speclib.lms.lm import HFLM
-
-_SAME = object()  # view(): "keep this LM's exit" (None means no exit)
 
 # On CPU the fp32 projections go through oneDNN with the weights reordered once into its blocked layout. The
 # default path (MKL) is slow for the few-row products that verification is made of: on 2 cores of an AMD
