@@ -394,8 +394,12 @@ def test_07_spec_bench_smoke(smoke_run):
     assert (out / "figures" / "07_spec_bench_tasks.png").stat().st_size > 10_000
     # section 8: every runtime timed and run; torch float32 prompt lookup is lossless against its own AR
     rt = pd.read_parquet(res / "runtime_table.parquet").set_index("runtime")
-    assert set(rt.index) == {"torch", "torch-int8"} and (rt.T1_ms > 0).all() and (rt.tokens_per_step >= 1).all()
+    assert set(rt.index) == {"torch", "llamacpp-gguf"} and (rt.T1_ms > 0).all() and (rt.tokens_per_step >= 1).all()
     assert rt.identical["torch"] == rt.turns["torch"] and ci_contains(rt.measured, rt.lo, rt.hi)
+    # on the llama.cpp runtime, llama.cpp's own prompt lookup loop ran paired with speclib's on the same turns
+    loops = pd.read_parquet(res / "llamacpp_loops.parquet").set_index("loop")
+    assert set(loops.index) == {"speclib", "llama.cpp"} and (loops.turns == rt.turns["llamacpp-gguf"]).all()
+    assert (loops.tokens_per_s > 0).all() and loops.identical_to_ar.between(0, loops.turns).all()
     assert (out / "figures" / "07_spec_bench_runtimes.png").stat().st_size > 10_000
     # Token Recycling and REST: lossless, their tree sizes chosen among the candidates, the predicted speedup
     # recomputed from the section-1 pass costs

@@ -187,3 +187,24 @@ def test_a_cut_draft_ships_without_the_targets_embedding_and_loads_with_it(smol,
     assert torch.equal(loaded.model.model.layers[0].self_attn.q_proj.weight, want)
     ids = smol.encode("Hello there")
     assert loaded.reset(ids).shape == (49152,)
+
+
+@needs_smol
+@pytest.mark.skipif(importlib.util.find_spec("llama_cpp") is None, reason="llama-cpp-python (make venv installs it)")
+def test_llamacpp_peer_prefills_every_prompt_whole(smol):
+    """A timed llama.cpp run must not reuse the previous run's KV cache (repeated or extended prompt)."""
+    from speclib.research import peers
+
+    cpp = peers.LlamaCpp(pretrained.gguf_path(SMOL), threads=1, eos_token_id=smol.eos_token_id)
+    evaluated = []
+    inner = cpp.llm.eval
+    cpp.llm.eval = lambda tokens: (evaluated.append(len(tokens)), inner(tokens))[1]
+    ids = pretrained.chat_ids(smol, "Name three colours.")
+    first = cpp.generate(ids, 8).tokens
+    n_first = list(evaluated)
+    evaluated.clear()
+    assert cpp.generate(ids, 8).tokens == first and evaluated == n_first  # the whole prompt again
+    evaluated.clear()
+    longer = list(ids) + first + [int(t) for t in smol.tokenizer.encode(" And two more.")]
+    cpp.generate(longer, 4)
+    assert evaluated[0] == len(longer)

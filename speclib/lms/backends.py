@@ -449,16 +449,18 @@ class LlamaCppLM(BaseLM):
         self.device = torch.device("cpu")
         self._start(0)
 
-    def _eval(self, tokens: list[int]) -> torch.Tensor:
+    def _eval(self, tokens: list[int], last_only: bool = False) -> torch.Tensor:
         n0 = self.llm.n_tokens
         self.llm.eval(tokens)
-        return torch.from_numpy(np.array(self.llm.scores[n0 : n0 + len(tokens)], dtype=np.float32))
+        # a prompt's rows are not needed, and copying them costs a pass's worth on a long prompt
+        start = n0 + len(tokens) - 1 if last_only else n0
+        return torch.from_numpy(np.array(self.llm.scores[start : n0 + len(tokens)], dtype=np.float32))
 
     def reset(self, prompt_ids) -> torch.Tensor:
         ids = self._prompt_ids(prompt_ids).tolist()
         self.llm.reset()
         self._start(len(ids))
-        return self._eval(ids)[-1]
+        return self._eval(ids, last_only=True)[-1]
 
     def extend(self, tokens, parents) -> torch.Tensor:
         tokens, parents = self._extend_args(tokens, parents)

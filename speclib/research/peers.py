@@ -96,6 +96,11 @@ class LlamaCpp:
         self.lookup = lookup
 
     def generate(self, prompt_ids, max_new_tokens: int) -> Generation:
+        # llama-cpp-python keeps the last call's KV cache and skips re-evaluating a shared prefix: a timed
+        # run would then skip most of its prefill when it repeats a prompt (the benchmark's warm-up) or
+        # extends one (a second turn), which speclib's loop never does, and the reused cache rounds
+        # differently from a fresh prefill. Every run starts from an empty cache, as speclib's does.
+        self.llm.reset()
         out = []
         t0 = clock(torch.device("cpu"))
         for tok in self.llm.generate(list(prompt_ids), temp=0.0, top_k=1, reset=True):
