@@ -346,7 +346,7 @@ def test_07_spec_bench_smoke(smoke_run):
     res = out / "results" / "07_spec_bench"
     table = pd.read_parquet(res / "task_table.parquet")
     assert {"prompt lookup", "suffix", "transformers AR", "transformers prompt lookup"} <= set(table.method)
-    assert set(table.task) == {"mt_bench", "summarization", "overall"}
+    assert set(table.task) == {"mt_bench", "qa", "overall"}
     withci = table[table.lo.notna()]  # a task with one turn has no interval
     assert len(withci) and ci_contains(withci.speedup, withci.lo, withci.hi)
     # Spec-Bench's ratio, recomputed from the saved runs: mean tokens/s of the method over AR's

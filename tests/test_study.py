@@ -244,6 +244,11 @@ def test_manifest_records_loaded_code_modules_checkpoints_and_calibration(out):
     assert "code-draft" in man["checkpoints"] and len(man["checkpoints"]["code-draft"]) == 16
     assert man["git_sha"] == provenance.loaded_code()["git_sha"] and man["step_source"]
     assert "12.5 ms after" in s.summary().note.iloc[0]
+    assert man["machine"]["cpu"] and man["machine"]["cpu"] in s.summary().note.iloc[0]
+    # reused in a later run: the summary still says where and how fast the step was measured
+    again = Study("99_test", ns, defaults=DEFAULTS)
+    again.step("named", lambda: pd.DataFrame({"a": [2]}), uses=["N"])
+    assert again.summary().action.iloc[0].startswith("reused") and "12.5 ms after" in again.summary().note.iloc[0]
 
 
 def _edit_manifest(out, name, **changes):

@@ -700,6 +700,22 @@ def _rows_07() -> list[tuple[str, str, str]]:
                 "runtime_table.parquet",
             )
         )
+    if results.path(f"{nb}/llamacpp_loops").is_file():
+        from speclib.research.bench import speedup
+
+        loops = results.load(f"{nb}/llamacpp_loops").set_index("loop")
+        rr = results.load(f"{nb}/runtime_runs")
+        o = speedup(rr[rr.backend == "llamacpp-gguf"], "prompt lookup", "llama.cpp prompt lookup")
+        rows.append(
+            (
+                f"SmolLM2 prompt lookup on llama.cpp's forward: speclib's loop vs llama.cpp's own, same file, n-gram "
+                f"and k, paired per turn ({o['prompts']} turns)",
+                f"**{o['speedup']:.2f}x** (95% CI {ci(o['lo'], o['hi'])}); {loops.tokens_per_s['speclib']:.1f} vs "
+                f"{loops.tokens_per_s['llama.cpp']:.1f} tokens/s; over the runtime's AR {loops.over_ar['speclib']:.2f}x "
+                f"vs {loops.over_ar['llama.cpp']:.2f}x",
+                "llamacpp_loops.parquet",
+            )
+        )
     for r in chi.itertuples():
         rows.append(
             (

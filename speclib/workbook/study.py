@@ -88,8 +88,30 @@ def _plain(value):
     return json.loads(json.dumps(value, sort_keys=True, default=str))
 
 
+def _cpu_model() -> str:
+    """The CPU's model name (a step's timings and even its ratios depend on it: the matrix library picks
+    other kernels on another CPU)."""
+    import platform
+
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def _measured_on(man: dict) -> str:
+    """A step's calibration and CPU, as the summary shows them: steps computed on different machines or days
+    carry different T(1), and each step's ratios are paired within the step only."""
+    cal, cpu = man.get("calibration") or {}, (man.get("machine") or {}).get("cpu")
+    parts = [f"target T(1) {cal['t1_ms_before']:.1f} ms before, {cal['t1_ms_after']:.1f} ms after"] if cal else []
+    return "; ".join(parts + ([f"CPU {cpu}"] if cpu else []))
+
+
 def _machine() -> dict:
-    """The machine a step ran on: platform, CPUs this process may use, torch version, GPU."""
+    """The machine a step ran on: platform, CPU model, CPUs this process may use, torch version, GPU."""
     import platform
 
     import torch
@@ -98,6 +120,7 @@ def _machine() -> dict:
 
     return dict(
         platform=platform.platform(),
+        cpu=_cpu_model(),
         cpus=cpu_count(),
         torch=torch.__version__,
         gpu=torch.cuda.get_device_name() if torch.cuda.is_available() else None,
@@ -271,7 +294,7 @@ class Study:
                         seconds=0.0,
                         computed_s=info["seconds"],
                         git_sha=info["git_sha"],
-                        note="; ".join(state["reasons"]),
+                        note="; ".join(filter(None, [_measured_on(info), *state["reasons"]])),
                     )
                 )
                 return tables[name] if info["single"] else tables
@@ -331,9 +354,7 @@ class Study:
                 seconds=seconds,
                 computed_s=seconds,
                 git_sha=man["git_sha"],
-                note=""
-                if calib_before is None
-                else f"target T(1) {calib_before:.1f} ms before, {calib_after:.1f} ms after",
+                note=_measured_on(man),
             )
         )
         back = {t: results.load(f"{self.notebook}/{t}") for t in tables}
