@@ -568,6 +568,8 @@ PAIRS_POLICIES = ["model", "prompt lookup", "suffix", "HVD (ours)", "oracle (hin
 
 
 def _rows_07() -> list[tuple[str, str, str]]:
+    from speclib.research.bench import speedup
+
     nb = "07_spec_bench"
     table, impl, chi = (
         results.load(f"{nb}/task_table"),
@@ -651,8 +653,6 @@ def _rows_07() -> list[tuple[str, str, str]]:
             )
         )
     if "transformers assisted" in set(table.method):
-        from speclib.research.bench import speedup
-
         druns = results.load(f"{nb}/draft_runs")
         parts = []
         for m in ("draft model", "draft model + FR-Spec"):
@@ -677,6 +677,17 @@ def _rows_07() -> list[tuple[str, str, str]]:
         )
     except results.MissingResult:
         pass
+    bruns = results.load(f"{nb}/runs")
+    if "transformers prompt lookup" in set(bruns.method):
+        o = speedup(bruns, "prompt lookup", "transformers prompt lookup")
+        rows.append(
+            (
+                f"SmolLM2: speclib's prompt lookup vs transformers' prompt lookup, same weights and settings, paired per "
+                f"turn ({o['prompts']} turns)",
+                f"**{o['speedup']:.2f}x** (95% CI {ci(o['lo'], o['hi'])})",
+                "runs.parquet",
+            )
+        )
     for r in impl.itertuples():
         rows.append(
             (
@@ -701,8 +712,6 @@ def _rows_07() -> list[tuple[str, str, str]]:
             )
         )
     if results.path(f"{nb}/llamacpp_loops").is_file():
-        from speclib.research.bench import speedup
-
         loops = results.load(f"{nb}/llamacpp_loops").set_index("loop")
         rr = results.load(f"{nb}/runtime_runs")
         o = speedup(rr[rr.backend == "llamacpp-gguf"], "prompt lookup", "llama.cpp prompt lookup")
