@@ -1119,7 +1119,8 @@ def verdict(r, goal):
         return "met"
     if r["hi"] < goal:
         return "not met"
-    return f"{'met' if r['speedup'] >= goal else 'missed'} by the estimate; the interval holds {goal}x"
+    estimate = f"{'met' if r['speedup'] >= goal else 'missed'} by the estimate"
+    return estimate + (f"; the interval holds {goal}x" if r["lo"] == r["lo"] else " (one turn: no interval)")
 
 
 speed = runs.groupby("method").tokens_per_s.median()
@@ -1650,7 +1651,8 @@ if "llama.cpp" in sp.index:
         "second in float32"
         + (
             f"; run on llama.cpp's own forward (section 8), speclib's prompt lookup is {cpp_over['speedup']:.2f}x "
-            f"llama.cpp's at the same n-gram and k (paired, 95% CI {cpp_over['lo']:.2f}–{cpp_over['hi']:.2f}; goal 1.0x)."
+            f"llama.cpp's at the same n-gram and k (paired, 95% CI {cpp_over['lo']:.2f}–{cpp_over['hi']:.2f}; goal 1.0x: "
+            f"{verdict(cpp_over, 1.0)})."
             if len(cpp_loops)
             else " (goal 1.0x, which asks for the same quantized numbers: section 8 did not run llama.cpp here)."
         )
