@@ -80,6 +80,27 @@ def test_loop_costs_are_ratios_to_the_reference_step():
     assert c["c"] == pytest.approx(0.2) and c["v"] == pytest.approx(1.5) and c["target_1"] == pytest.approx(0.01)
 
 
+def test_ceiling_runs_charge_one_reference_step_per_target_pass_and_nothing_for_drafting():
+    runs = _rows([1.0, 2.0], [0.9, 1.5], tokens=10)
+    runs["target_calls"] = np.where(runs.method == "AR", 9.0, 4.0)  # AR: 10 tokens, the first from the prefill
+    runs["verify_s"] = np.where(runs.method == "AR", [0.9, 0.9, 1.8, 1.8], [0.8, 0.8, 1.2, 1.2])
+    peer = runs[runs.method == "SD"].assign(method="peer", target_calls=np.nan)
+    ceiling = bench.ceiling_runs(pd.concat([runs, peer], ignore_index=True))
+    assert set(ceiling.method) == {"AR", "SD"}  # a loop that does not count its passes has no ceiling
+    ar, sd = (ceiling[ceiling.method == m].set_index("prompt") for m in ("AR", "SD"))
+    assert ar.seconds.tolist() == [1.0, 2.0]  # the reference is untouched
+    # outside the verify passes (0.1, 0.2) + 4 passes at AR's mean step (0.1, 0.2)
+    assert sd.seconds.tolist() == pytest.approx([0.5, 1.0])
+    assert sd.tokens_per_s.tolist() == pytest.approx([20.0, 10.0])
+    assert bench.speedup(ceiling, "SD")["speedup"] == pytest.approx(2.0)
+    same = runs.assign(target_calls=9.0, verify_s=np.where(runs.method == "AR", runs.verify_s, 0.0))
+    assert bench.speedup(bench.ceiling_runs(same), "SD")["speedup"] == pytest.approx(1.0)  # as many passes as AR
+    first_token_only = runs.assign(target_calls=np.where(runs.prompt == 0, 0.0, runs.target_calls))
+    first_token_only.loc[first_token_only.prompt == 0, "verify_s"] = 0.0
+    short = bench.ceiling_runs(first_token_only).set_index(["method", "prompt"]).seconds
+    assert short["SD", 0] == pytest.approx(1.0) and short["SD", 1] == pytest.approx(1.0)  # no NaN from 0 / 0
+
+
 def test_paired_runs_alternate_the_order_and_check_identity(pair):
     target, draft = pair
     calls = []

@@ -12,6 +12,7 @@ import pytest
 from conftest import needs_shipped
 
 from speclib.core.device import REPO
+from speclib.research import bench
 
 
 def ci_contains(est, lo, hi) -> bool:
@@ -392,6 +393,16 @@ def test_07_spec_bench_smoke(smoke_run):
         and chi.p_permutation.between(0, 1).all()
     )
     assert (out / "figures" / "07_spec_bench_tasks.png").stat().st_size > 10_000
+    # section 9's ceilings: every speclib method that counts its target passes, recomputed from the saved runs
+    ceiling = pd.read_parquet(res / "ceiling.parquet")
+    counted = table[table.tokens_per_step.notna()]
+    assert set(zip(ceiling.task, ceiling.method)) == set(zip(counted.task, counted.method))
+    oc = ceiling[ceiling.task == "overall"].set_index("method")
+    bench_runs = pd.read_parquet(res / "runs.parquet")
+    assert np.isclose(
+        oc.ceiling["prompt lookup"], bench.speedup(bench.ceiling_runs(bench_runs), "prompt lookup")["speedup"]
+    )
+    assert (out / "figures" / "07_spec_bench_ceiling.png").stat().st_size > 10_000
     # section 8: every runtime timed and run; torch float32 prompt lookup is lossless against its own AR
     rt = pd.read_parquet(res / "runtime_table.parquet").set_index("runtime")
     assert set(rt.index) == {"torch", "llamacpp-gguf"} and (rt.T1_ms > 0).all() and (rt.tokens_per_step >= 1).all()

@@ -216,6 +216,27 @@ def loop_costs(runs: pd.DataFrame, method: str, reference: str = "AR") -> dict:
     )
 
 
+def ceiling_runs(runs: pd.DataFrame, reference: str = "AR") -> pd.DataFrame:
+    """`paired_runs` rows with each method's seconds replaced by what its acceptance alone allows: the
+    reference's seconds outside its verify passes (prefill, sampling, bookkeeping) plus, per target pass
+    the method made, the reference's mean verify step. That is the method with drafting free and a verify
+    pass over k + 1 tokens as cheap as one over a single token; `speedup` on these rows is its ceiling.
+    Loops that do not count their target passes (other libraries') are left out; the reference is kept."""
+    idx = ["prompt", "round"]
+    ref = runs[runs.method == reference].set_index(idx)
+    # a run that ended at its first token made no verify pass: charge the pooled step there
+    pooled = ref.verify_s.sum() / max(ref.target_calls.sum(), 1)
+    step = (ref.verify_s / ref.target_calls).where(ref.target_calls > 0).fillna(pooled)
+    outside = ref.seconds - ref.verify_s
+    out = runs[(runs.method == reference) | runs.target_calls.notna()].copy()
+    key = pd.MultiIndex.from_frame(out[idx])
+    ceiling = outside.reindex(key).to_numpy() + out.target_calls.to_numpy() * step.reindex(key).to_numpy()
+    others = (out.method != reference).to_numpy()
+    out.loc[others, "seconds"] = ceiling[others]
+    out["tokens_per_s"] = out.new_tokens / out.seconds
+    return out
+
+
 def speedup_table(runs: pd.DataFrame, reference: str = "AR", seed: int = 0) -> pd.DataFrame:
     """`speedup` and `loop_costs` for every method of `paired_runs` rows, plus the acceptance rate
     (accepted / drafted), the per-token acceptance (accepted / reached positions, pooled over runs),

@@ -621,6 +621,24 @@ def _rows_07() -> list[tuple[str, str, str]]:
                 "every_source_over.parquet",
             )
         )
+    if results.path(f"{nb}/ceiling").is_file():
+        ceil = results.load(f"{nb}/ceiling")
+        parts = []
+        for task in ("overall", "summarization", "rag"):
+            sub = ceil[ceil.task == task]
+            if len(sub):
+                b = sub.loc[sub.ceiling.idxmax()]
+                parts.append(
+                    f"{'all tasks' if task == 'overall' else task}: {b.method} **{b.ceiling:.2f}x** (95% CI "
+                    f"{ci(b.ceiling_lo, b.ceiling_hi)}; measured {b.speedup:.2f}x at {b.tokens_per_step:.2f} tokens per step)"
+                )
+        rows.append(
+            (
+                "SmolLM2 on Spec-Bench, the highest ceiling: acceptance alone (drafting free, each verify pass one AR step)",
+                "; ".join(parts),
+                "ceiling.parquet",
+            )
+        )
     if "REST" in set(table.method):
         store = results.load(f"{nb}/rest_store").iloc[0]
         rows.append(
