@@ -393,6 +393,13 @@ def test_07_spec_bench_smoke(smoke_run):
         and chi.p_permutation.between(0, 1).all()
     )
     assert (out / "figures" / "07_spec_bench_tasks.png").stat().st_size > 10_000
+    # section 6 at the longer answer cap: both cache drafters lossless there too, each AR answer scored
+    long = pd.read_parquet(res / "long_table.parquet")
+    assert set(long.method) == {"prompt lookup", "suffix"} and (long.identical == long.runs).all()
+    assert long.outside_share.between(0, 1).all() and (long.cap == 24).all()
+    lturns = pd.read_parquet(res / "long_turns.parquet")
+    assert set(lturns.task) == {"qa"} and lturns.repeated.between(0, 1).all() and (lturns.new_tokens <= 24).all()
+    assert (out / "figures" / "07_spec_bench_long_answers.png").stat().st_size > 10_000
     # section 9's ceilings: every speclib method that counts its target passes, recomputed from the saved runs
     ceiling = pd.read_parquet(res / "ceiling.parquet")
     counted = table[table.tokens_per_step.notna()]

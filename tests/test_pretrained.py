@@ -126,6 +126,14 @@ def test_spec_bench_has_480_questions_in_six_tasks():
     assert all(len(q["turns"]) == 1 for t in spec_bench.TASKS[1:] for q in by_task[t])
 
 
+def test_repeated_share_counts_ngrams_seen_earlier_in_the_answer():
+    assert spec_bench.repeated_share(list(range(20))) == 0.0
+    loop = [1, 2, 3, 4, 5] * 6  # 27 4-grams, the first 5 new
+    assert spec_bench.repeated_share(loop) == pytest.approx(22 / 27)
+    assert spec_bench.repeated_share([7] * 10, n=2) == pytest.approx(8 / 9)
+    assert spec_bench.repeated_share([1, 2, 3, 4]) != spec_bench.repeated_share([1, 2, 3, 4])  # NaN: one 4-gram
+
+
 def test_pilot_and_reported_questions_are_disjoint_seeded_and_sized():
     qs = spec_bench.questions()
     pilot, rep = spec_bench.split(qs, per_task=5, pilot_per_task=2, seed=0)

@@ -143,6 +143,21 @@ def leaderboard():
     return pd.DataFrame([dict(method=m, **dict(zip(LEADERBOARD_COLUMNS, v))) for m, v in LEADERBOARD.items()])
 
 
+def repeated_share(tokens, n: int = 4) -> float:
+    """The share of an answer's n-grams that already occurred earlier in the same answer: about 0 for text
+    that never repeats itself, near 1 for a loop (a greedy small model's failure, and what a copying drafter
+    accepts best). NaN for an answer shorter than n + 1 tokens."""
+    grams = [tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1)]
+    if len(grams) < 2:
+        return float("nan")
+    seen: set = set()
+    repeats = 0
+    for g in grams:
+        repeats += g in seen
+        seen.add(g)
+    return repeats / len(grams)
+
+
 def spec_bench_ratio(runs, method: str, reference: str = "AR") -> float:
     """Spec-Bench's own speedup: the mean over questions of the method's tokens/s over the same mean for
     the reference (a ratio of means, unpaired; `bench.speedup` is the workbook's paired estimator)."""
