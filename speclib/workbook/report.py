@@ -639,6 +639,21 @@ def _rows_07() -> list[tuple[str, str, str]]:
                 "ceiling.parquet",
             )
         )
+    if results.path(f"{nb}/long_table").is_file():
+        long = results.load(f"{nb}/long_table")
+        turns = results.load(f"{nb}/long_turns")
+        pl = long[(long.method == "prompt lookup") & (long.task != "overall")]
+        rows.append(
+            (
+                f"SmolLM2 on Spec-Bench at its own {int(long.cap.iloc[0])}-token answer cap, prompt lookup",
+                "; ".join(
+                    f"{r.task} **{r.speedup:.2f}x** (95% CI {ci(r.lo, r.hi)}; {r.tokens_per_step:.2f} tokens per step)"
+                    for r in pl.itertuples()
+                )
+                + f"; {int((turns.repeated > 0.5).sum())} of {len(turns)} AR answers repeat more than half of their 4-grams",
+                "long_table.parquet",
+            )
+        )
     if "REST" in set(table.method):
         store = results.load(f"{nb}/rest_store").iloc[0]
         rows.append(
