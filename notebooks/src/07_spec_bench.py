@@ -1263,6 +1263,15 @@ def long_runs():
     return {"long_runs": runs_.assign(**meta), "long_turns": turns_.assign(**meta)}
 
 
+def outside_shares(runs_, tasks_):
+    """Per task and overall, the share of AR's seconds spent outside its verify passes (prefill, bookkeeping),
+    pooled over turns: what no drafter can shorten."""
+    ar = runs_[runs_.method == "AR"].assign(task=lambda d: d.prompt.map(tasks_))
+    return {
+        t: float((g.seconds - g.verify_s).sum() / g.seconds.sum()) for t, g in [*ar.groupby("task"), ("overall", ar)]
+    }
+
+
 if LONG_MAX_NEW_TOKENS:
     lsaved = study.step(
         "long_answers",
@@ -1292,13 +1301,7 @@ if LONG_MAX_NEW_TOKENS:
         ),
         on=["task", "method"],
     )
-    long_ar = lruns[lruns.method == "AR"].assign(task=lambda d: d.prompt.map(ltasks))
-    long_table["outside_share"] = long_table.task.map(
-        {
-            t: float((g.seconds - g.verify_s).sum() / g.seconds.sum())
-            for t, g in [*long_ar.groupby("task"), ("overall", long_ar)]
-        }
-    )
+    long_table["outside_share"] = long_table.task.map(outside_shares(lruns, ltasks))
     results.save(long_table.assign(cap=LONG_MAX_NEW_TOKENS, **meta), f"{NB}/long_table")
     display(
         long_table.set_index(["task", "method"])[
@@ -1684,11 +1687,7 @@ ceiling = pd.concat([ceiling_rows(f, m) for f, m in ceiling_sources], ignore_ind
 results.save(ceiling.assign(**meta), f"{NB}/ceiling")
 # The share of AR's time outside its verify passes (prefill, bookkeeping), pooled per task: with it,
 # the tokens per target pass a goal G needs at best, from G = 1 / (s + (1 - s) / tokens).
-ar_rows = runs[runs.method == "AR"].assign(task=lambda d: d.prompt.map(tasks))
-outside_share = {
-    t: float((g.seconds - g.verify_s).sum() / g.seconds.sum())
-    for t, g in [*ar_rows.groupby("task"), ("overall", ar_rows)]
-}
+outside_share = outside_shares(runs, tasks)
 
 
 def tokens_needed(goal, task):
