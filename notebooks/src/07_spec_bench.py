@@ -1958,3 +1958,8 @@ display(study.summary())
 # 5. **REST on code.** `-p REST_SOURCE stdlib` (the standard library's source as the datastore, millions of
 #    tokens). *Look for:* how many drafts find a match and how many of their tokens are accepted on chat
 #    questions. *Why:* retrieval pays only when the datastore's text resembles what the model writes.
+# 6. **Loops or the article?** In section 6, compute prompt lookup's speedup at the long cap on the turns
+#    whose AR answer repeats less than half of its 4-grams only (`per_turn[per_turn.repeated < 0.5]`, then
+#    `bench.speedup` on those prompts of `lruns`), and the ceiling of each (`bench.ceiling_runs`). *Look for:*
+#    whether the long cap still beats the 128-token gain on answers that do not loop. *Why:* a loop is the
+#    easiest text there is to copy, and a gain made of loops says little about a model that does not loop.
