@@ -1272,6 +1272,15 @@ def outside_shares(runs_, tasks_):
     }
 
 
+def ceiling_table(runs_, tasks_, methods=None):
+    """Per task and overall, each method's ceiling (`bench.ceiling_runs`) with its 95% CI; `methods`: only these."""
+    c = bench.ceiling_runs(runs_)
+    if methods is not None:
+        c = c[c.method.isin(["AR", *methods])]
+    t = spec_bench.task_table(c, tasks_)[["task", "method", "speedup", "lo", "hi"]]
+    return t.rename(columns=dict(speedup="ceiling", lo="ceiling_lo", hi="ceiling_hi"))
+
+
 if LONG_MAX_NEW_TOKENS:
     lsaved = study.step(
         "long_answers",
@@ -1284,23 +1293,14 @@ if LONG_MAX_NEW_TOKENS:
     short_ids = {qid: i for i, (_, _, qid, turn) in enumerate(reported_turns) if turn == 1}
     ar_short = outputs[outputs.method == "AR"].set_index("prompt").tokens
     bruns = runs.set_index(["prompt", "method"]).tokens_per_s
+    lspeed = lruns.set_index(["prompt", "method"]).tokens_per_s
     per_turn = lturns.assign(
         short_prompt=lturns.question_id.map(short_ids),
         repeated_short=lambda d: d.short_prompt.map(lambda i: spec_bench.repeated_share(list(ar_short[i]))),
         lookup_short=lambda d: d.short_prompt.map(lambda i: bruns[i, "prompt lookup"] / bruns[i, "AR"]),
-        lookup_long=lambda d: d.prompt.map(
-            lambda i: (
-                lruns.set_index(["prompt", "method"]).tokens_per_s[i, "prompt lookup"]
-                / lruns.set_index(["prompt", "method"]).tokens_per_s[i, "AR"]
-            )
-        ),
+        lookup_long=lambda d: d.prompt.map(lambda i: lspeed[i, "prompt lookup"] / lspeed[i, "AR"]),
     )
-    long_table = spec_bench.task_table(lruns, ltasks).merge(
-        spec_bench.task_table(bench.ceiling_runs(lruns), ltasks)[["task", "method", "speedup", "lo", "hi"]].rename(
-            columns=dict(speedup="ceiling", lo="ceiling_lo", hi="ceiling_hi")
-        ),
-        on=["task", "method"],
-    )
+    long_table = spec_bench.task_table(lruns, ltasks).merge(ceiling_table(lruns, ltasks), on=["task", "method"])
     long_table["outside_share"] = long_table.task.map(outside_shares(lruns, ltasks))
     results.save(long_table.assign(cap=LONG_MAX_NEW_TOKENS, **meta), f"{NB}/long_table")
     display(
@@ -1673,15 +1673,7 @@ if SELF_DRAFTS:
     ceiling_sources.append((fruns, None))
 
 
-def ceiling_rows(frame, methods):
-    c = bench.ceiling_runs(frame)
-    if methods is not None:
-        c = c[c.method.isin(["AR", *methods])]
-    t = spec_bench.task_table(c, tasks)[["task", "method", "speedup", "lo", "hi"]]
-    return t.rename(columns=dict(speedup="ceiling", lo="ceiling_lo", hi="ceiling_hi"))
-
-
-ceiling = pd.concat([ceiling_rows(f, m) for f, m in ceiling_sources], ignore_index=True).merge(
+ceiling = pd.concat([ceiling_table(f, tasks, m) for f, m in ceiling_sources], ignore_index=True).merge(
     table[["task", "method", "speedup", "lo", "hi", "tokens_per_step"]], on=["task", "method"]
 )
 results.save(ceiling.assign(**meta), f"{NB}/ceiling")
