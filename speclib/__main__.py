@@ -13,6 +13,7 @@ COMMANDS = {  # command -> (module with main(argv), what it does)
     "train": ("speclib.research.train", "train the workbook's models, heads and tokenizer"),
     "datastore": ("speclib.research.datastore", "build a REST datastore from text on this machine"),
     "chat_data": ("speclib.research.chat_data", "generate and cache a pretrained model's chat answers"),
+    "draft_corpus": ("speclib.research.draft_corpus", "answer the shipped chat prompts with a target, in committed shards"),
     "data": ("speclib.research.data", "build the code workloads from the Python standard library"),
     "workloads": ("speclib.research.workloads", "build the agentic workloads"),
     "support": ("speclib.workbook.support", "check that each supported model family loads and verifies"),
