@@ -5,7 +5,10 @@ import sys
 
 COMMANDS = {  # command -> (module with main(argv), what it does)
     "notebooks": ("speclib.workbook.notebooks", "run a notebook headlessly (papermill) into build/"),
-    "report": ("speclib.workbook.report", "recompute the README's result blocks from data/results/"),
+    "report": (
+        "speclib.workbook.report",
+        "recompute the generated result blocks (README, docs/results.md) from data/results/",
+    ),
     "study": ("speclib.workbook.study", "list a notebook's steps and whether their results are stale"),
     "sweep": ("speclib.workbook.sweep", "run notebooks over parameter grids on Ray"),
     "book": ("speclib.workbook.book", "build the book (Jupyter Book) from the executed notebooks"),
@@ -13,7 +16,10 @@ COMMANDS = {  # command -> (module with main(argv), what it does)
     "train": ("speclib.research.train", "train the workbook's models, heads and tokenizer"),
     "datastore": ("speclib.research.datastore", "build a REST datastore from text on this machine"),
     "chat_data": ("speclib.research.chat_data", "generate and cache a pretrained model's chat answers"),
-    "draft_corpus": ("speclib.research.draft_corpus", "answer the shipped chat prompts with a target, in committed shards"),
+    "draft_corpus": (
+        "speclib.research.draft_corpus",
+        "answer the shipped chat prompts with a target, in committed shards",
+    ),
     "data": ("speclib.research.data", "build the code workloads from the Python standard library"),
     "workloads": ("speclib.research.workloads", "build the agentic workloads"),
     "support": ("speclib.workbook.support", "check that each supported model family loads and verifies"),

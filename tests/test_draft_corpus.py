@@ -42,6 +42,7 @@ def test_no_prompt_shares_a_spec_bench_turn_or_its_first_60_characters(rows):
 def test_heldout_split_is_about_two_percent_and_shares_no_text_with_training(rows):
     held = [p for p in rows if dc.split(p) == "heldout"]
     assert 0.015 < len(held) / len(rows) < 0.025
+
     def asked(p):  # the user turns the target answers (a dialogue is cut after its MAX_USER_TURNS-th)
         return p.user_turns[: dc.MAX_USER_TURNS]
 
@@ -56,6 +57,7 @@ def test_order_is_a_deterministic_permutation_that_weighs_hh_rlhf_down(rows):
     a, b = dc.order(rows, "train"), dc.order(rows, "train")
     assert [p.id for p in a] == [p.id for p in b]
     assert sorted(p.id for p in a) == sorted(p.id for p in rows if dc.split(p) == "train")
+
     def share(ps):
         return sum(p.source == "hh_rlhf_harmless_test" for p in ps) / len(ps)
 
@@ -68,8 +70,11 @@ def test_order_is_a_deterministic_permutation_that_weighs_hh_rlhf_down(rows):
         ("{not json", "not JSON"),
         ('{"source": "s", "task": "poetry", "messages": [{"role": "user", "content": "hi"}]}', "task must be"),
         ('{"source": "s", "task": "chat", "messages": []}', "non-empty list"),
-        ('{"source": "s", "task": "chat", "messages": [{"role": "user", "content": "hi"}, '
-         '{"role": "assistant", "content": "yo"}]}', "last message must be a user turn"),
+        (
+            '{"source": "s", "task": "chat", "messages": [{"role": "user", "content": "hi"}, '
+            '{"role": "assistant", "content": "yo"}]}',
+            "last message must be a user turn",
+        ),
     ],
 )
 def test_a_malformed_prompt_line_names_its_file_and_line(tmp_path, line, why):

@@ -14,9 +14,26 @@ def _block(text: str, marker: str) -> str:
 
 def test_readme_blocks_are_what_report_generates_from_the_committed_results(monkeypatch):
     monkeypatch.delenv("SPECLIB_OUT", raising=False)  # the committed data/results, whatever a test set
+    stale = "out of date: run `python -m speclib report`"
+    assert _block(report.README.read_text(), "headlines") == report.headline_table(), f"README {stale}"
+    page = report.RESULTS_PAGE.read_text()
+    assert _block(page, "results-table") == report.table(), f"docs/results.md {stale}"
+    assert _block(page, "provenance") == report.provenance_table(), f"docs/results.md provenance {stale}"
+    assert len(report.provenance_table().splitlines()) > 40  # every committed step has a row
+    assert _block(report.USAGE_PAGE.read_text(), "support-matrix") == report.support_table()
+
+
+def test_every_notebook_has_one_headline_in_the_readme():
+    notebooks = sorted(p.stem for p in (report.REPO / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+    assert list(report.HEADLINES) == notebooks
+    rows = report.headline_table().splitlines()[2:]
+    assert [r.split(" | ")[0].strip("| ") for r in rows] == notebooks
+
+
+def test_readme_is_a_front_door():
     text = report.README.read_text()
-    assert _block(text, "results-table") == report.table(), "README out of date: run `python -m speclib report`"
-    assert _block(text, "support-matrix") == report.support_table()
+    assert len(text.splitlines()) <= 150
+    assert "make test" in text and "docs/usage.md" in text and "docs/results.md" in text
 
 
 @pytest.mark.parametrize(

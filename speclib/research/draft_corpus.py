@@ -46,6 +46,7 @@ ANSWERS = ROOT / "answers"
 TASKS = ("chat", "translation", "summarization", "qa", "math_reasoning", "rag")
 HELDOUT_PER_MILLE = 20  # 2% of the prompts, by a hash of their id
 SHARD = 64  # conversations per shard
+CACHE_TOKENS = 12_288  # a generation batch's padded rows x tokens (its KV cache: 46 KB a token for SmolLM2)
 SAMPLED_EVERY = 8  # every 8th shard is sampled at temperature 1 (the rest greedy)
 MAX_USER_TURNS = 2  # a longer dialogue is cut after its second user turn (as MT-bench's two turns)
 # hh-rlhf's chat prompts are red-teaming requests (the target's answers lean to refusals): they come
@@ -112,7 +113,7 @@ def prompts(folder: Path = PROMPTS) -> list[Prompt]:
 
 
 def split(prompt: Prompt) -> str:
-    """"heldout" for HELDOUT_PER_MILLE of every thousand prompts, else "train", by a hash of the normalized
+    """ "heldout" for HELDOUT_PER_MILLE of every thousand prompts, else "train", by a hash of the normalized
     first user turn: the several cuts of one dialogue, and prompts of the same text, fall on the same side."""
     key = normalize(prompt.user_turns[0]).encode()
     h = int.from_bytes(hashlib.sha256(key).digest()[:8], "big")
@@ -178,9 +179,11 @@ def shard_path(target: str, which: str, index: int) -> Path:
     return shard_dir(target, which) / f"{index:05d}.npz"
 
 
-def shard_settings(index: int, max_new_tokens: int, seed: int, dtype: str) -> dict:
+def shard_settings(index: int, max_new_tokens: int, seed: int, dtype: str, batch: int = 32) -> dict:
     sampled = index % SAMPLED_EVERY == SAMPLED_EVERY - 1
     return {
+        "batch": batch,
+        "cache_tokens": CACHE_TOKENS,
         "max_new_tokens": max_new_tokens,
         "temperature": 1.0 if sampled else 0.0,
         "seed": seed * 100_003 + index,
@@ -277,9 +280,7 @@ def _answer_batch(model, tok, convs: list[list[dict]], settings: dict, gen) -> l
         kw = {"do_sample": True, "temperature": settings["temperature"], "top_k": 0, "top_p": 1.0}
         torch.manual_seed(int(gen.integers(1 << 62)))
     with torch.no_grad():
-        out = model.generate(
-            **enc, max_new_tokens=settings["max_new_tokens"], pad_token_id=tok.pad_token_id, **kw
-        )
+        out = model.generate(**enc, max_new_tokens=settings["max_new_tokens"], pad_token_id=tok.pad_token_id, **kw)
     answers = []
     for row in out[:, enc["input_ids"].shape[1] :].tolist():
         if tok.eos_token_id in row:
@@ -288,7 +289,28 @@ def _answer_batch(model, tok, convs: list[list[dict]], settings: dict, gen) -> l
     return answers
 
 
-def answer_shard(model, tok, rows: list[Prompt], settings: dict, batch: int) -> tuple[list, list]:
+def _chars(conv: list[dict]) -> int:
+    return sum(len(m["content"]) for m in conv)
+
+
+def _batches(order: list[int], chars: list[int], batch: int, max_new_tokens: int) -> list[list[int]]:
+    """Consecutive runs of `order` of at most `batch` conversations whose padded cache (rows x the longest
+    prompt's tokens, about chars / 4, plus max_new_tokens) stays within CACHE_TOKENS: every step reads the
+    whole cache, so a batch of long prompts runs as a few rows, not as many."""
+    out: list[list[int]] = []
+    widest = 0
+    for i, n in zip(order, chars):
+        width = n // 4 + max_new_tokens
+        if out and len(out[-1]) < batch and (len(out[-1]) + 1) * max(width, widest) <= CACHE_TOKENS:
+            out[-1].append(i)
+            widest = max(width, widest)
+        else:
+            out.append([i])
+            widest = width
+    return out
+
+
+def answer_shard(model, tok, rows: list[Prompt], settings: dict) -> tuple[list, list]:
     """Token ids and generated masks of each conversation: every user turn (up to MAX_USER_TURNS) answered
     by the model after its own earlier answers, in batches of one task and similar prompt length."""
     gen = np.random.default_rng(settings["seed"])
@@ -299,9 +321,8 @@ def answer_shard(model, tok, rows: list[Prompt], settings: dict, batch: int) -> 
         for i in live:
             history[i].append({"role": "user", "content": turns[i][t]})
         # answers of one task run to similar lengths, so a padded batch of one task wastes fewer rows
-        live.sort(key=lambda i: (rows[i].task, sum(len(m["content"]) for m in history[i])))
-        for b in range(0, len(live), batch):
-            part = live[b : b + batch]
+        live.sort(key=lambda i: (rows[i].task, _chars(history[i])))
+        for part in _batches(live, [_chars(history[i]) for i in live], settings["batch"], settings["max_new_tokens"]):
             for i, ans in zip(part, _answer_batch(model, tok, [history[i] for i in part], settings, gen)):
                 history[i].append({"role": "assistant", "content": tok.decode(ans, skip_special_tokens=True)})
                 history[i][-1]["ids"] = ans
@@ -380,8 +401,8 @@ def generate(
     bar = tqdm(todo, desc=f"{which} shards", unit="shard")
     for i in bar:
         chunk = rows[i * SHARD : (i + 1) * SHARD]
-        settings = shard_settings(i, max_new_tokens, seed, dtype)
-        ids, masks = answer_shard(model, tok, chunk, settings, batch)
+        settings = shard_settings(i, max_new_tokens, seed, dtype, batch)
+        ids, masks = answer_shard(model, tok, chunk, settings)
         new = sum(map(sum, masks))
         meta = {
             "target": Path(target).name,

@@ -1,6 +1,7 @@
-"""The README's results table, rebuilt from data/results (never typed by hand).
+"""The README's headline rows and the results pages, rebuilt from data/results (never typed by hand).
 
-python -m speclib report          # rewrites the block between the results-table markers
+python -m speclib report          # rewrites every generated block: README.md (headlines),
+                                  # docs/results.md (results table, provenance), docs/usage.md (support matrix)
 """
 
 from __future__ import annotations
@@ -16,6 +17,19 @@ from speclib.core.device import REPO
 from speclib.workbook import results
 
 README = REPO / "README.md"
+RESULTS_PAGE = REPO / "docs" / "results.md"
+USAGE_PAGE = REPO / "docs" / "usage.md"
+# each notebook's headline: the first results-table row whose measure starts with this
+HEADLINES = {
+    "01_baseline": "speedup over AR, greedy",
+    "02_cache_hybrid": "agentic workloads pooled, HVD (ours)",
+    "03_tree_hybrid": "GDN tree verification, one layer (hybrid-target)",
+    "04_cospec_rl": "arithmetic test split, CoSpec (RL)",
+    "05_backend_latency": "greedy SD,",
+    "06_self_speculation": "greedy SD on hybrid-target at a 128-token context",
+    "07_spec_bench": "SmolLM2-135M-Instruct on Spec-Bench, HVD (every source), all tasks",
+    "08_serving": "TPOT over AR's at 1 sessions/s",
+}
 
 
 def ci(lo: float, hi: float, digits: int = 2) -> str:
@@ -858,6 +872,17 @@ def table() -> str:
     return "\n".join(lines)
 
 
+def headline_table() -> str:
+    """One row per notebook (HEADLINES), the README's: a missing headline is an error, not a gap."""
+    lines = ["| notebook | headline | value |", "|---|---|---|"]
+    for nb, prefix in HEADLINES.items():
+        row = next((r for r in SECTIONS[nb]() if r[0].startswith(prefix)), None)
+        if row is None:
+            raise KeyError(f"{nb}: no results-table row starts with {prefix!r} (report.HEADLINES)")
+        lines.append(f"| {nb} | {row[0]} | {row[1]} |")
+    return "\n".join(lines)
+
+
 def provenance_table() -> str:
     """The committed steps' provenance (`speclib.workbook.study.stale_steps`) as a markdown table: commit, the
     target's one-token pass before and after the step, and whether code or checkpoints changed since."""
@@ -899,23 +924,26 @@ def support_table() -> str:
 
 
 def _replace(text: str, marker: str, body: str) -> str:
-    return re.sub(
-        rf"(<!-- {marker} -->\n).*?(\n<!-- /{marker} -->)", lambda m: m.group(1) + body + m.group(2), text, flags=re.S
-    )
+    """`text` with the block between the marker's comments set to `body` (an empty block included)."""
+    pattern = rf"(<!-- {marker} -->\n)(?:.*?\n)?(<!-- /{marker} -->)"
+    if not re.search(pattern, text, flags=re.S):
+        raise ValueError(f"no <!-- {marker} --> block to fill")
+    return re.sub(pattern, lambda m: m.group(1) + body + "\n" + m.group(2), text, flags=re.S)
 
 
 def update_readme() -> None:
-    text = _replace(README.read_text(), "results-table", table())
-    text = _replace(text, "provenance", provenance_table())
-    if "<!-- support-matrix -->" in text and results.path("support_matrix").is_file():
-        text = _replace(text, "support-matrix", support_table())
-    README.write_text(text)
+    """Rewrite every generated block: the README's headlines, the results page, the usage page's support matrix."""
+    README.write_text(_replace(README.read_text(), "headlines", headline_table()))
+    text = _replace(RESULTS_PAGE.read_text(), "results-table", table())
+    RESULTS_PAGE.write_text(_replace(text, "provenance", provenance_table()))
+    if results.path("support_matrix").is_file():
+        USAGE_PAGE.write_text(_replace(USAGE_PAGE.read_text(), "support-matrix", support_table()))
 
 
 def main(argv=None) -> None:
     argparse.ArgumentParser(
         prog="python -m speclib report",
-        description="recompute the README's result blocks from data/results/ and print the results table",
+        description="recompute the generated blocks of README.md, docs/results.md and docs/usage.md from data/results/",
     ).parse_args(argv)
     update_readme()
     if PAIRS_TABLES.is_dir():

@@ -1,0 +1,70 @@
+"""The package installs whole: pyproject lists every subpackage, and a wheel installed into a fresh venv runs."""
+
+import subprocess
+import sys
+import sysconfig
+import venv
+from pathlib import Path
+
+import pytest
+
+tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def declared() -> list[str]:
+    return tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+
+
+def test_pyproject_lists_every_subpackage():
+    found = {".".join(p.parent.relative_to(REPO).parts) for p in (REPO / "speclib").rglob("__init__.py")}
+    found |= {"speclib." + ".".join(p.parent.relative_to(REPO).parts) for p in (REPO / "kernels").rglob("__init__.py")}
+    assert set(declared()) == found
+
+
+@pytest.mark.slow
+def test_a_wheel_installed_into_a_fresh_venv_runs_its_commands(tmp_path):
+    """Build the wheel, install it (no dependencies: the test venv's site-packages lend them, without its
+    editable speclib) into a new venv, and run `python -m speclib --help` and `serve --help` outside the repo."""
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(tmp_path),
+            str(REPO),
+        ],
+        check=True,
+    )
+    (wheel,) = tmp_path.glob("speclib-*.whl")
+    env_dir = tmp_path / "venv"
+    venv.create(env_dir, with_pip=False)
+    py = env_dir / "bin" / "python"
+    site = subprocess.run(
+        [py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    # a plain path line: sys.path gains the test venv's packages, but not its .pth files (the editable finder)
+    Path(site, "lend.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "--python", str(py), "install", "-q", "--no-deps", str(wheel)], check=True
+    )
+    where = subprocess.run(
+        [py, "-c", "import speclib, speclib.serving.server; print(speclib.__file__)"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        check=True,
+    ).stdout
+    assert where.startswith(str(env_dir))  # the installed copy, not the checkout
+    for args in (["--help"], ["serve", "--help"]):
+        out = subprocess.run([py, "-m", "speclib", *args], capture_output=True, text=True, cwd=tmp_path)
+        assert out.returncode == 0, out.stderr
+        assert "serve" in out.stdout + out.stderr
