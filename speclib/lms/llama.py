@@ -28,13 +28,15 @@ _packed: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # Linear -> (w
 
 def linear(mod: torch.nn.Module, x: torch.Tensor, packed: bool = True) -> torch.Tensor:
     """mod(x) for an nn.Linear, through oneDNN's reordered weights where that applies (fp32 on CPU, no
-    gradient wanted); any other module (a quantized Linear, a bf16 one) is simply called. The reordered copy
+    gradient wanted, no autocast); any other module (a quantized Linear, a bf16 one) is simply called. The reordered copy
     is made on first use and again whenever the weight changes (a new tensor or an in-place update)."""
     w = getattr(mod, "weight", None)
     if (
         not (packed and _ONEDNN and type(mod) is torch.nn.Linear)
         or w.dtype != torch.float32
         or w.device.type != "cpu"
+        or x.dtype != torch.float32
+        or torch.is_autocast_enabled("cpu")  # autocast picks the matmul's dtype: leave it to F.linear
         or (w.requires_grad and torch.is_grad_enabled())
     ):
         return mod(x)

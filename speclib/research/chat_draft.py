@@ -91,13 +91,17 @@ def train_draft(
     lr: float = 5e-4,
     seed: int = 0,
     eval_every: int = 100,
+    corpus: str = "chat_data",
+    answer_tokens: int | None = None,
 ) -> Path:
     from transformers import AutoModelForCausalLM
 
     from speclib.drafters import frequent_tokens
     from speclib.lms import pretrained
-    from speclib.research import chat_data
+    from speclib.research import chat_data, draft_corpus
 
+    if corpus not in ("chat_data", "draft_corpus"):
+        raise ValueError(f"corpus must be 'chat_data' or 'draft_corpus', got {corpus!r}")
     if target_name not in pretrained.MODELS:
         raise ValueError(f"unknown pretrained target {target_name!r}: one of {', '.join(pretrained.MODELS)}")
     folder = pretrained.materialize(target_name)
@@ -105,8 +109,12 @@ def train_draft(
     out = Path(out) if out is not None else CHECKPOINTS / f"{target_name.split('-')[0]}-draft"
     torch.manual_seed(seed)
     draft, kept = new_draft(teacher, layers)
-    train_s, held_s = chat_data.stream(target_name, "train"), chat_data.stream(target_name, "heldout")
-    extra = chat_data.prompt_stream(target_name, "train")
+    if corpus == "draft_corpus":  # the target's own answers to the shipped licensed prompts, nothing mixed in
+        train_s = draft_corpus.stream(target_name, "train", answer_tokens)
+        held_s, extra, mix = draft_corpus.stream(target_name, "heldout"), train_s[:0], 0.0
+    else:
+        train_s, held_s = chat_data.stream(target_name, "train"), chat_data.stream(target_name, "heldout")
+        extra, mix = chat_data.prompt_stream(target_name, "train"), PROMPT_MIX
     seen = np.concatenate([train_s, extra]).astype(np.int64)
     counts = np.bincount(seen, minlength=teacher.config.vocab_size).astype(np.int64)
     rows = frequent_tokens(counts, vocab) if vocab else None
@@ -133,7 +141,7 @@ def train_draft(
         }
 
     def step_loss():
-        n_mix = int(round(PROMPT_MIX * batch))
+        n_mix = int(round(mix * batch))
         x = torch.cat([training.batch(train_s, batch - n_mix, seq, gen), training.batch(extra, n_mix, seq, gen)])
         with torch.no_grad():
             t = row_logits(teacher, x[:, :-1], rows)
@@ -182,6 +190,7 @@ def train_draft(
             target_layers=teacher.config.num_hidden_layers,
             answer_tokens=len(train_s),
             prompt_tokens=len(extra),
+            corpus=corpus,
         ),
     )
     return out
@@ -206,6 +215,14 @@ def export(draft, folder: Path, out: Path, target: str, kept: list[int], counts,
     n_params = sum(p.numel() for p in draft.parameters())
     n_own = sum(p.numel() for n, p in draft.named_parameters() if "embed" not in n)
     fr = knobs["vocab"]
+    data = (
+        f"the target's own answers to the shipped licensed chat prompts (`speclib.research.draft_corpus`; "
+        f"{knobs['answer_tokens'] / 1e6:.2f}M tokens of conversations)"
+        if knobs.get("corpus") == "draft_corpus"
+        else f"half the target's own greedy answers to instructions built from the standard library's docstrings "
+        f"(`speclib.research.chat_data`; {knobs['answer_tokens'] / 1e6:.2f}M tokens), half further instructions "
+        f"in its chat template without answers ({knobs['prompt_tokens'] / 1e6:.2f}M tokens)"
+    )
     card = f"""# {out.name}
 
 A separate draft for `{target}` (same tokenizer): the target cut to {len(kept)} of its {knobs["target_layers"]}
@@ -216,9 +233,7 @@ is not stored: `speclib.load` copies it from the target. See `speclib/research/c
 
 - Command: `python -m speclib train {" ".join(sys.argv[1:]) or "draft " + target}` (resumable).
 - Objective: KL(target || draft) per token{f" over the {fr} most frequent tokens of the training data (FR-Spec; both distributions renormalized over them; draft with `LlamaLM.restrict_vocab(frequent_tokens(token_counts, {fr}))`)" if fr else ""};
-  batches of {knobs["batch"]} x {knobs["seq"]} tokens, half the target's own greedy answers to instructions built from the
-  standard library's docstrings (`speclib.research.chat_data`; {knobs["answer_tokens"] / 1e6:.2f}M tokens), half further
-  instructions in its chat template without answers ({knobs["prompt_tokens"] / 1e6:.2f}M tokens); AdamW, peak lr {knobs["lr"]}.
+  batches of {knobs["batch"]} x {knobs["seq"]} tokens, {data}; AdamW, peak lr {knobs["lr"]}.
 - Tokens seen: {st["tokens"] / 1e6:.2f}M in {st["step"]} steps; {st["seconds"] / 60:.1f} min on CPU
   ({st["tokens"] / max(st["seconds"], 1e-9):.0f} tokens/s, the target's forward included).
 - Held-out (16 windows of the held-out answers): top-1 agreement with the target's greedy token

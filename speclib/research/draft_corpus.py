@@ -265,6 +265,26 @@ def shards(target: str, which: str = "train", expect: dict | None = None) -> lis
     return out
 
 
+def stream(target: str, which: str = "train", answer_tokens: int | None = None) -> np.ndarray:
+    """The committed conversations of a split joined into one token stream (int32), in generation order;
+    with `answer_tokens`, the shortest prefix of whole conversations holding that many of the target's own
+    tokens (a ValueError when fewer are committed): the learning curve's data sizes are nested prefixes."""
+    expect = fingerprints(target)
+    got = shards(target, which, expect)
+    convs, n = [], 0
+    for s in got:
+        for ids, gen in s.conversations():
+            if answer_tokens is not None and n >= answer_tokens:
+                break
+            convs.append(ids)
+            n += int(gen.sum())
+    if not convs:
+        raise FileNotFoundError(f"no {which} shards for {target}: python -m speclib draft_corpus generate {target}")
+    if answer_tokens is not None and n < answer_tokens:
+        raise ValueError(f"{which} shards hold {n} answer tokens, fewer than the {answer_tokens} asked for")
+    return np.concatenate(convs).astype(np.int32)
+
+
 # ---- generation -----------------------------------------------------------------------------------------
 
 

@@ -225,6 +225,8 @@ def train_head(
     autocast: bool = True,
     eval_every: int = 100,
     vocab: int | None = None,
+    corpus: str = "chat_data",
+    answer_tokens: int | None = None,
 ) -> Path:
     """Train (or resume) the head of a shipped target on the target's own training split (the preset's
     streams in `speclib.research.training`, its workload mix included) and write data/checkpoints/<target>-head/
@@ -234,13 +236,20 @@ def train_head(
     draft with `FeatureDrafter(vocab=frequent_tokens(token_counts(head), vocab))`)."""
     from speclib.lms import pretrained
     from speclib.lms.loading import load
-    from speclib.research import chat_data
+    from speclib.research import chat_data, draft_corpus
 
+    if corpus not in ("chat_data", "draft_corpus"):
+        raise ValueError(f"corpus must be 'chat_data' or 'draft_corpus', got {corpus!r}")
     lm = load(target_name, device="cpu", dtype=torch.float32)
     out = Path(out) if out is not None else CHECKPOINTS / f"{Path(target_name).name}-head"
     preset = training.PRESETS.get(target_name, {})
     extra, mix = (training.workload_stream("train", lm.tokenizer), preset["mix"]) if preset.get("mix") else (None, 0.0)
-    if target_name in pretrained.MODELS:
+    if target_name in pretrained.MODELS and corpus == "draft_corpus":
+        # its own answers to the shipped licensed prompts (speclib.research.draft_corpus), the first
+        # `answer_tokens` of them when given
+        train_s = draft_corpus.stream(target_name, "train", answer_tokens)
+        held_s, extra, mix = draft_corpus.stream(target_name, "heldout"), None, 0.0
+    elif target_name in pretrained.MODELS:
         # its own answers to instructions, and (half of each batch) more instructions without answers
         train_s, held_s = chat_data.stream(target_name, "train"), chat_data.stream(target_name, "heldout")
         extra, mix = chat_data.prompt_stream(target_name, "train"), PROMPT_MIX
@@ -286,7 +295,12 @@ def train_head(
             f"of its tokens; the target's distribution renormalized over them; draft with "
             f"`FeatureDrafter(vocab=frequent_tokens(token_counts(...), {vocab}))`)"
         )
-    if target_name in pretrained.MODELS:
+    if target_name in pretrained.MODELS and corpus == "draft_corpus":
+        knobs["data"] = (
+            f"the target's own answers to the shipped licensed chat prompts of Spec-Bench's six kinds "
+            f"(`speclib.research.draft_corpus`; {len(train_s) / 1e6:.2f}M tokens of conversations)"
+        )
+    elif target_name in pretrained.MODELS:
         knobs["data"] = (
             f"the target's own greedy answers to instructions built from the standard library's "
             f"docstrings (`speclib.research.chat_data`; {len(train_s) / 1e6:.2f}M tokens), half of each batch from "

@@ -296,6 +296,17 @@ def math_accuracy(model, tok, problems: list[dict], max_new_tokens: int = 96) ->
     return right / len(problems)
 
 
+def _corpus_args(p):
+    p.add_argument(
+        "--corpus",
+        choices=("chat_data", "draft_corpus"),
+        default="chat_data",
+        help="a pretrained target's data: answers to docstring instructions (chat_data) or to the shipped "
+        "licensed chat prompts (draft_corpus)",
+    )
+    p.add_argument("--answer-tokens", type=int, default=None, help="draft_corpus: its first N answer tokens only")
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(
         prog="python -m speclib train", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -333,6 +344,7 @@ def main(argv=None):
         help="train over the N most frequent tokens of the training data only (FR-Spec's drafting "
         "vocabulary): the output layer's share of training shrinks by V / N",
     )
+    _corpus_args(h)
     h.add_argument("--threads", type=int, default=0)
     d = sub.add_parser("draft", help="a pretrained target's layers cut and distilled (speclib.research.chat_draft)")
     d.add_argument("name", help="the pretrained target (speclib.lms.pretrained)")
@@ -342,6 +354,7 @@ def main(argv=None):
     d.add_argument("--steps", type=int, default=4000)
     d.add_argument("--minutes", type=float, default=60)
     d.add_argument("--lr", type=float, default=5e-4)
+    _corpus_args(d)
     d.add_argument("--threads", type=int, default=0)
     a = ap.parse_args(argv)
     if getattr(a, "threads", 0):
@@ -351,7 +364,19 @@ def main(argv=None):
     elif a.cmd == "draft":
         from speclib.research.chat_draft import train_draft
 
-        print(train_draft(a.name, a.out, a.layers, a.vocab or None, a.minutes, a.steps, lr=a.lr))
+        print(
+            train_draft(
+                a.name,
+                a.out,
+                a.layers,
+                a.vocab or None,
+                a.minutes,
+                a.steps,
+                lr=a.lr,
+                corpus=a.corpus,
+                answer_tokens=a.answer_tokens,
+            )
+        )
     elif a.cmd == "head":
         print(
             train_head(
@@ -365,6 +390,8 @@ def main(argv=None):
                 a.lr,
                 autocast=bf16_native() if a.autocast is None else a.autocast,
                 vocab=a.vocab,
+                corpus=a.corpus,
+                answer_tokens=a.answer_tokens,
             )
         )
     else:

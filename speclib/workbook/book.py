@@ -68,6 +68,9 @@ def build(out: Path = OUT, executed: Path | None = None) -> Path:
     shutil.rmtree(src, ignore_errors=True)
     shutil.copytree(BOOK, src, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copytree(REPO / "docs", src / "docs")
+    (src / "figures").mkdir()
+    for fig in (REPO / "figures").glob("*.png"):  # docs/ pages embed ../figures/*.png
+        shutil.copy(fig, src / "figures" / fig.name)
     (src / "notebooks").mkdir()
     for nb in found:
         shutil.copy(nb, src / "notebooks" / nb.name)
