@@ -884,15 +884,16 @@ def headline_table() -> str:
 
 
 def provenance_table() -> str:
-    """The committed steps' provenance (`speclib.workbook.study.stale_steps`) as a markdown table: commit, the
-    target's one-token pass before and after the step, and whether code or checkpoints changed since."""
+    """The committed steps' provenance (`speclib.workbook.study.stale_steps`) as a markdown table: the commit
+    each ran at, the target's one-token pass before and after it, and how long it took. Only what the
+    manifests record: whether a step is current depends on the checkout that reads it, so that column is
+    `python -m speclib study stale`'s, computed live, never a committed page's."""
     from speclib.workbook.study import stale_steps
 
     st = stale_steps(REPO / "data" / "results")
-    status = {"current": "current", "stale": "**stale**", "unknown": "unknown (recorded before fingerprints)"}
     lines = [
-        "| step | ran at commit | target T(1) before → after (ms) | computed in | code and checkpoints since |",
-        "|---|---|---|---|---|",
+        "| step | ran at commit | target T(1) before → after (ms) | computed in |",
+        "|---|---|---|---|",
     ]
     for r in st.itertuples():
         cal = (
@@ -900,11 +901,13 @@ def provenance_table() -> str:
             if r.t1_ms_before == r.t1_ms_before and r.t1_ms_before
             else "not recorded"
         )
-        took = f"{r.seconds / 60:.1f} min" if r.seconds == r.seconds and r.seconds else "(adopted)"
-        state = "unknown (adopted: saved before results modes existed)" if r.adopted else status[r.status]
+        took = (
+            f"{r.seconds / 60:.1f} min"
+            if r.seconds == r.seconds and r.seconds
+            else "adopted (saved before results modes)"
+        )
         lines.append(
-            f"| {r.notebook}/{r.step} | {r.git_sha}{' (uncommitted changes)' if r.dirty else ''} | {cal} | "
-            f"{took} | {state} |"
+            f"| {r.notebook}/{r.step} | {r.git_sha}{' (uncommitted changes)' if r.dirty else ''} | {cal} | {took} |"
         )
     return "\n".join(lines)
 
