@@ -60,8 +60,8 @@ figures: venv
 TEST_WORKERS ?= 2
 # ruff (lint + format, configured in pyproject.toml) over the code, mypy over speclib/core (the typed public API)
 lint: venv
-	$(BIN)/ruff check speclib kernels tests tools notebooks/src
-	$(BIN)/ruff format --check speclib kernels tests tools notebooks/src
+	$(BIN)/ruff check setup.py speclib kernels tests tools notebooks/src
+	$(BIN)/ruff format --check setup.py speclib kernels tests tools notebooks/src
 	$(BIN)/mypy
 
 test: venv lint
