@@ -223,3 +223,28 @@ def test_overlap_model_closed_form_and_simulation_agree():
     assert simulate_overlap(0.9, 4, 0.5, v, wait_for=0)["drafts_per_step"] < 4  # verifies what is ready, no more
     with pytest.raises(ValueError, match="ahead <= 2k"):
         overlap_step_time(0.5, 2, 0.1, 1.3, ahead=5)
+
+
+def test_method_records_run_ar_fresh_and_shared_drafters():
+    """A Method decodes like generate(); a drafter instance is shared across prompts (its matrix carries
+    over), a class or partial makes a fresh one per prompt (each first step drafts nothing)."""
+    from functools import partial
+
+    from speclib import PromptLookupDrafter, TokenRecycling
+
+    target = tiny_lm(32, 2, vocab=16, seed=0)
+    prompts = [[1, 2, 3, 1, 2, 3], [3, 1, 4, 1, 5, 9]]
+    ar = [generate(target, p, 20, sampling=Sampling(0.0)).tokens for p in prompts]
+    shared = TokenRecycling(2, 4)
+    methods = {
+        "AR": bench.Method(target, 20),
+        "lookup": bench.Method(target, 20, partial(PromptLookupDrafter, 2, 3)),
+        "fresh": bench.Method(target, 20, partial(TokenRecycling, 2, 4)),
+        "shared": bench.Method(target, 20, shared),
+    }
+    for name, m in methods.items():
+        assert [m(p, i).tokens for i, p in enumerate(prompts)] == ar, name
+    firsts = {n: methods[n](prompts[1]).stats.steps[0]["drafted"] for n in ("fresh", "shared")}
+    assert firsts["fresh"] == 0 and firsts["shared"] > 0 and shared.rank_counts.sum() > 0
+    runs = bench.paired_runs(prompts, methods, warmup=False)
+    assert runs.same_as_reference.all() and set(runs.method) == set(methods)

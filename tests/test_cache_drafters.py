@@ -301,7 +301,10 @@ def test_costs_fitted_line():
 
 def test_costs_from_logged_steps():
     rng = np.random.default_rng(3)
-    cost = lambda d: 0.010 + 0.001 * d + (0.004 if d == 2 else 0.0)  # 3 tokens cost more than the line says
+
+    def cost(d):
+        return 0.010 + 0.001 * d + (0.004 if d == 2 else 0.0)  # 3 tokens cost more than the line says
+
     steps = [
         dict(drafted=d, source="suffix", draft_s=1e-4, verify_s=cost(d) + rng.normal(0, 1e-4))
         for d in rng.integers(1, 12, 600)

@@ -85,7 +85,10 @@ def test_branch_labels_on_a_hand_checkable_case():
     # goes 4 -> 5 -> 9. Correct completions are those containing 5: the draft's branch is right there.
     target = _ScriptedLM({0: 1, 1: 2, 2: 3, 3: 9, 4: 5, 5: 9, 9: 9})
     draft = _ScriptedLM({0: 1, 1: 4, 2: 3, 3: 9, 4: 5, 5: 9, 9: 9})
-    check = lambda i, toks: 5 in toks
+
+    def check(i, toks):
+        return 5 in toks
+
     labels = cospec_rollouts.branch_labels(target, draft, [[0]], check, max_new_tokens=8)
     assert len(labels) == 1
     (lab,) = labels

@@ -308,7 +308,9 @@ def test_a_manifest_without_fingerprints_has_unknown_provenance(out):
 def test_dirty_ignores_the_runs_own_outputs(tmp_path, monkeypatch):
     import subprocess
 
-    git = lambda *a: subprocess.run(["git", *a], cwd=tmp_path, check=True, capture_output=True)
+    def git(*a):
+        return subprocess.run(["git", *a], cwd=tmp_path, check=True, capture_output=True)
+
     git("init", "-q")
     for f in ["speclib/x.py", "data/results/01/t.parquet", "figures/f.png", "README.md"]:
         (tmp_path / f).parent.mkdir(parents=True, exist_ok=True)

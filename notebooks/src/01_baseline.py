@@ -123,6 +123,8 @@ PUBLISH = False  # True: a run with non-default parameters also replaces data/re
 
 # %%
 
+from functools import partial
+
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
@@ -997,15 +999,14 @@ tree_cfgs = [tuple(t) for t in HEAD_TREES]
 
 
 def head_methods(sampling, chains, trees):
-    run = lambda lm, d: lambda ids, i: generate(lm, ids, MAX_NEW_TOKENS, drafter=d, sampling=sampling, seed=SEED + i)
-    m = {
-        "AR": lambda ids, i: generate(target, ids, MAX_NEW_TOKENS, sampling=sampling, seed=SEED + i),
-        f"separate K={sep_k}": run(target, ModelDrafter(draft, sep_k)),
-    }
+    def method(lm, d=None):
+        return bench.Method(lm, MAX_NEW_TOKENS, d, sampling, seed=SEED)
+
+    m = {"AR": method(target), f"separate K={sep_k}": method(target, ModelDrafter(draft, sep_k))}
     for k in chains:
-        m[f"head K={k}"] = run(target_f, FeatureDrafter(target_f, head, k=k))
+        m[f"head K={k}"] = method(target_f, FeatureDrafter(target_f, head, k=k))
     for depth, budget in trees:
-        m[f"head tree d={depth} n={budget}"] = run(
+        m[f"head tree d={depth} n={budget}"] = method(
             target_f, FeatureDrafter(target_f, head, k=depth, tree=budget, top=HEAD_TOP)
         )
     return m
@@ -1280,19 +1281,20 @@ def at_threads(n, run):
 
 
 def sd_run(k):
-    return lambda ids, i: generate(target, ids, MAX_NEW_TOKENS, drafter=ModelDrafter(draft, k), sampling=GREEDY)
+    return bench.Method(target, MAX_NEW_TOKENS, partial(ModelDrafter, draft, k))
 
 
 def drafter_run(d):
-    return lambda ids, i: generate(target, ids, MAX_NEW_TOKENS, drafter=d, sampling=GREEDY)
+    return bench.Method(target, MAX_NEW_TOKENS, d)
 
 
-def ar_run(ids, i):
-    return generate(target, ids, MAX_NEW_TOKENS, sampling=GREEDY)
+ar_run = bench.Method(target, MAX_NEW_TOKENS)
 
 
 def overlap_runs():
-    name = lambda k, w: f"overlap k={k} w={w}"  # noqa: E731
+    def name(k, w):
+        return f"overlap k={k} w={w}"
+
     opened = {name(k, w): OverlapDrafter(draft, k=k, wait_for=w) for k, w in OVERLAP_SETTINGS}
     try:
         methods = {"AR": ar_run, f"SD K={K_SEQ}": sd_run(K_SEQ)} | {n: drafter_run(d) for n, d in opened.items()}

@@ -106,6 +106,8 @@ PUBLISH = False  # True: a run with non-default parameters also replaces data/re
 
 # %%
 
+from functools import partial
+
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
@@ -122,7 +124,6 @@ from speclib import (
     PromptLookupDrafter,
     Sampling,
     SuffixDrafter,
-    TokenRecycling,
     generate,
 )
 from speclib.core.device import clock
@@ -130,6 +131,7 @@ from speclib.drafters import rest
 from speclib.drafters.hybrid import FEATURES, Costs, PayoffPredictor, feature_matrix
 from speclib.drafters.recycling import expected_accepted, recycling_template
 from speclib.research import bench, data, datastore
+from speclib.research import hvd as hvd_plumbing
 from speclib.workbook import results
 from speclib.workbook.plotting import savefig, style
 from speclib.workbook.study import Study
@@ -514,9 +516,12 @@ fig, axes = plt.subplots(1, 2, figsize=(12, 4), layout="constrained")
 counts = ev.pivot_table(index="match", columns="pos", values="accepted", aggfunc="size", observed=True).reindex_like(
     heat
 )
-span = lambda iv: (
-    f"{int(iv.left) + 1}" if int(iv.left) + 1 == int(iv.right) else f"{max(0, int(iv.left) + 1)}–{int(iv.right)}"
-)
+
+
+def span(iv):
+    return f"{int(iv.left) + 1}" if int(iv.left) + 1 == int(iv.right) else f"{max(0, int(iv.left) + 1)}–{int(iv.right)}"
+
+
 im = axes[0].imshow(heat.to_numpy(dtype=float), aspect="auto", origin="lower", cmap="viridis")
 for (r_, c_), val in np.ndenumerate(heat.to_numpy(dtype=float)):
     if np.isfinite(val):
@@ -973,18 +978,10 @@ def head_policy_runs():
     }
     frames = []
     for w in agentic:
-        keep = {}  # one drafter per policy per workload (global suffix tree)
-
-        def run(name, lm):
-            return lambda ids, i: generate(
-                lm, ids, MAX_NEW_TOKENS, drafter=keep.setdefault(name, methods[name]()), sampling=GREEDY
-            )
-
-        m = {
-            "AR": lambda ids, i: generate(target, ids, MAX_NEW_TOKENS, sampling=GREEDY),
-            "feature head": run("feature head", target_f),
-            "HVD (separate draft)": run("HVD (separate draft)", target),
-            "HVD (feature head)": run("HVD (feature head)", target_f),
+        # one drafter per policy per workload, shared by its prompts (a global suffix tree)
+        on = {"feature head": target_f, "HVD (separate draft)": target, "HVD (feature head)": target_f}
+        m = {"AR": bench.Method(target, MAX_NEW_TOKENS)} | {
+            name: bench.Method(lm, MAX_NEW_TOKENS, methods[name]()) for name, lm in on.items()
         }
         frames.append(
             bench.paired_runs(prompts[w]["eval"], m, warmup=(w == agentic[0]), progress=tqdm).assign(workload=w)
@@ -1192,9 +1189,7 @@ def training_free_runs():
     )
     frames, choices = [], []
     for w in WORKLOADS:
-        warm = TokenRecycling(8, max(RECYCLING_NODES))
-        for ids in prompts[w]["fit"]:
-            generate(target, ids, MAX_NEW_TOKENS, drafter=warm, sampling=GREEDY)
+        warm = hvd_plumbing.warm_recycling(target, prompts[w]["fit"], MAX_NEW_TOKENS, 8, max(RECYCLING_NODES))
         ra = warm.fitted_rank_accept()
         acc = {n: expected_accepted(*recycling_template(n, ra), ra) for n in RECYCLING_NODES}
         predicted = {n: (1 + acc[n]) * lat[0] / lat[n] for n in RECYCLING_NODES}  # lat[n] = T(n + 1)
@@ -1210,17 +1205,14 @@ def training_free_runs():
             )
             for n in RECYCLING_NODES
         ]
-        recycling = TokenRecycling(8, nodes, ra)
-        recycling.check_compatible(target)
-        recycling.matrix[:] = warm.matrix
+        recycling = warm.with_template(nodes)
         drafters = {
             "prompt lookup": PromptLookupDrafter(3, MAX_SPEC),
             "token recycling": recycling,
             "REST": rest.RestDrafter(store, nodes=REST_NODES),
         }
-        methods = {"AR": lambda ids, i: generate(target, ids, MAX_NEW_TOKENS, sampling=GREEDY)} | {
-            m: (lambda d: lambda ids, i: generate(target, ids, MAX_NEW_TOKENS, drafter=d, sampling=GREEDY))(d)
-            for m, d in drafters.items()
+        methods = {"AR": bench.Method(target, MAX_NEW_TOKENS)} | {
+            m: bench.Method(target, MAX_NEW_TOKENS, d) for m, d in drafters.items()
         }
         r = bench.paired_runs(prompts[w]["eval"], methods, warmup=False, progress=tqdm)
         frames.append(r.assign(workload=w, recycling_nodes=nodes))
@@ -1312,61 +1304,34 @@ def every_source_runs():
     def t_of(n):  # T(n) from section 1's bare forward, interpolated
         return float(np.interp(n, ns, lat[:-1]))
 
-    def tokens_per_call(gens):
-        return sum(g.stats.new_tokens for g in gens) / sum(g.stats.target_calls + 1 for g in gens)
-
-    lookahead, recycling, fit_rows = {}, {}, []
+    lookahead, warm, fit_rows = {}, {}, []
     for w in agentic:
         fit = prompts[w]["fit"]
-        rows = []
-        for W, N, G in LOOKAHEAD_GRID:
-            gens = [generate(target, ids, MAX_NEW_TOKENS, drafter=Lookahead(W, N, G), sampling=GREEDY) for ids in fit]
-            nodes = float(np.mean([s["drafted"] for g in gens for s in g.stats.steps]))
-            rows.append(
-                dict(
-                    workload=w,
-                    window=W,
-                    ngram=N,
-                    guesses=G,
-                    tokens_per_call=tokens_per_call(gens),
-                    mean_nodes=nodes,
-                    predicted_speedup=tokens_per_call(gens) * t_of(1) / t_of(nodes + 1),
-                )
-            )
-        best = max(rows, key=lambda r: r["predicted_speedup"])
-        lookahead[w] = (best["window"], best["ngram"], best["guesses"])
-        fit_rows += [dict(r, chosen=r is best) for r in rows]
+        la = hvd_plumbing.choose_lookahead(target, fit, LOOKAHEAD_GRID, t_of, MAX_NEW_TOKENS)
+        lookahead[w] = hvd_plumbing.chosen_lookahead(la)
+        fit_rows.append(la.assign(workload=w))
         # Token Recycling as in section 7: warmed and its rank template measured on the fit prompts
-        warm = TokenRecycling(8, int(chosen_nodes[w]))
-        for ids in fit:
-            generate(target, ids, MAX_NEW_TOKENS, drafter=warm, sampling=GREEDY)
-        recycling[w] = (int(chosen_nodes[w]), warm.fitted_rank_accept(), warm.matrix.copy())
-
-    def tr(w):
-        nodes, ra, matrix = recycling[w]
-        d = TokenRecycling(8, nodes, ra)
-        d.check_compatible(target)
-        d.matrix[:] = matrix
-        return d
+        warm[w] = hvd_plumbing.warm_recycling(target, fit, MAX_NEW_TOKENS, 8, int(chosen_nodes[w]))
 
     def every_cache(w, first="prompt lookup"):
         made = {
             "prompt lookup": PromptLookupDrafter(3, MAX_SPEC),
             "suffix": SuffixDrafter(max_spec=MAX_SPEC),
-            "token recycling": tr(w),
+            "token recycling": warm[w].with_template(int(chosen_nodes[w])),
             "REST": rest.RestDrafter(store, nodes=REST_NODES),
         }
-        return [made[first]] + [d for name, d in made.items() if name != first]
+        return hvd_plumbing.in_front(made, first)
 
-    logs = []
-    for w in agentic:
-        for first in sources:
-            h = HybridDrafter(every_cache(w, first), ModelDrafter(draft, K), "cache")
-            for pi, ids in enumerate(prompts[w]["fit"]):
-                generate(target, ids, MAX_NEW_TOKENS, drafter=h, sampling=GREEDY)
-                logs += [dict(workload=w, prompt=pi, **s) for s in h.log if s["drafted"] > 0]
-    logs = pd.DataFrame(logs)
-    every = PayoffPredictor(seed=SEED).fit(feature_matrix(logs), logs.accepted.to_numpy())
+    logs = pd.concat(
+        [
+            hvd_plumbing.every_source_logs(
+                target, partial(every_cache, w), ModelDrafter(draft, K), prompts[w]["fit"], MAX_NEW_TOKENS, sources
+            ).assign(workload=w)
+            for w in agentic
+        ],
+        ignore_index=True,
+    )
+    every = hvd_plumbing.fit_payoff(logs, seed=SEED)
 
     frames, chosen = [], []
     for w in agentic:
@@ -1374,7 +1339,7 @@ def every_source_runs():
         drafters = {
             "prompt lookup": PromptLookupDrafter(3, MAX_SPEC),
             "suffix": SuffixDrafter(max_spec=MAX_SPEC),
-            "token recycling": tr(w),
+            "token recycling": warm[w].with_template(int(chosen_nodes[w])),
             "REST": rest.RestDrafter(store, nodes=REST_NODES),
             "lookahead": Lookahead(*lookahead[w]),
             "model": ModelDrafter(draft, K),
@@ -1384,34 +1349,18 @@ def every_source_runs():
             "HVD (every source)": hvd_all,
         }
 
-        def run(d):
-            def go(ids, i):
-                g = generate(target, ids, MAX_NEW_TOKENS, drafter=d, sampling=GREEDY)
-                if d is hvd_all:  # what it verified each step, predicted and accepted
-                    X = np.stack([[s[f] for f in FEATURES] for s in d.log])
-                    chosen.extend(
-                        dict(
-                            workload=w,
-                            prompt=i,
-                            source=s["cache_source"] if s["source"] == "cache" else "model",
-                            drafted=s["drafted"],
-                            accepted=s["accepted"],
-                            predicted=p if s["source"] == "cache" else np.nan,
-                        )
-                        for s, p in zip(d.log, every.predict(X))
-                    )
-                return g
-
-            return go
-
-        methods = {"AR": lambda ids, i: generate(target, ids, MAX_NEW_TOKENS, sampling=GREEDY)} | {
-            m: run(d) for m, d in drafters.items()
+        methods = {"AR": bench.Method(target, MAX_NEW_TOKENS)} | {
+            m: bench.Method(target, MAX_NEW_TOKENS, d) for m, d in drafters.items()
         }
+        # HVD over every source also records what it verified each step, predicted and accepted
+        methods["HVD (every source)"] = hvd_plumbing.RecordSteps(
+            methods["HVD (every source)"], hvd_all, every, chosen, tags={"workload": w}
+        )
         r = bench.paired_runs(prompts[w]["eval"], methods, warmup=False, progress=tqdm)
         frames.append(r.assign(workload=w, lookahead="W{} N{} G{}".format(*lookahead[w])))
     return {
         "es_runs": pd.concat(frames, ignore_index=True).assign(**meta),
-        "es_lookahead": pd.DataFrame(fit_rows).assign(**meta),
+        "es_lookahead": pd.concat(fit_rows, ignore_index=True).assign(**meta),
         "es_logs": logs.assign(**meta),
         "es_choice": pd.DataFrame(chosen).assign(**meta),
     }

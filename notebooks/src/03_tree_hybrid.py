@@ -571,7 +571,10 @@ display(
 
 # %%
 pilot_prompts = [target.encode(r["prompt"]) for r in data.load_workload("code_stdlib", half + PILOT_PROMPTS)[half:]]
-spine = lambda k, v, d=draft: TreeDrafter(d, budget=3 * k, expand="spine", depth=k, top=3, min_value=v)
+
+
+def spine(k, v, d=draft):
+    return TreeDrafter(d, budget=3 * k, expand="spine", depth=k, top=3, min_value=v)
 
 
 def levels(n, d):
@@ -783,7 +786,12 @@ axes[1].legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol
 savefig(fig, f"{NB}_budget")
 plt.show()
 BATCH_BUDGET = int(chosen.budget_per_request.get(DECODE_BATCH, chosen.budget_per_request.iloc[-1]))
-fmt = lambda r: f"{r.speedup:.2f}x AR in the pilot, CI {r.lo:.2f}–{r.hi:.2f}"
+
+
+def fmt(r):
+    return f"{r.speedup:.2f}x AR in the pilot, CI {r.lo:.2f}–{r.hi:.2f}"
+
+
 display(
     Markdown(
         f"Best chain: **K = {K_CHAIN}** ({fmt(best_chain)}); best tree: **{TREE_BUDGET} nodes, depth {TREE_DEPTH_BEST}** "
@@ -861,7 +869,12 @@ display(
 # %%
 chain = f"chain SD (K = {K_CHAIN})"
 tree, mat, leaves = "tree SD, closed_form", "tree SD, materialize", "tree SD (chain + leaves), closed_form"
-eagle = lambda: TreeDrafter(draft, budget=TREE_BUDGET, depth=TREE_DEPTH_BEST, top=TOP)
+
+
+def eagle():
+    return TreeDrafter(draft, budget=TREE_BUDGET, depth=TREE_DEPTH_BEST, top=TOP)
+
+
 decode_methods = {
     "AR": lambda ids, i: generate(target, ids, MAX_NEW_TOKENS, sampling=GREEDY),
     chain: lambda ids, i: generate(target, ids, MAX_NEW_TOKENS, drafter=ModelDrafter(draft, K_CHAIN), sampling=GREEDY),
@@ -1052,11 +1065,19 @@ savefig(fig, f"{NB}_decode")
 plt.show()
 s1 = summary[summary.batch == 1].set_index("method")
 sb = summary[summary.batch == DECODE_BATCH].set_index("method")
-ci = lambda r, m: f"95% CI {r.lo[m]:.2f}–{r.hi[m]:.2f}, total-time ratio {r.total_ratio[m]:.2f}x"
-vs_txt = lambda m: (
-    f"{s1.vs_chain[m]:.2f}x (CI {s1.vs_chain_lo[m]:.2f}–{s1.vs_chain_hi[m]:.2f}, "
-    f"total-time ratio {s1.vs_chain_total[m]:.2f}x)"
-)
+
+
+def ci(r, m):
+    return f"95% CI {r.lo[m]:.2f}–{r.hi[m]:.2f}, total-time ratio {r.total_ratio[m]:.2f}x"
+
+
+def vs_txt(m):
+    return (
+        f"{s1.vs_chain[m]:.2f}x (CI {s1.vs_chain_lo[m]:.2f}–{s1.vs_chain_hi[m]:.2f}, "
+        f"total-time ratio {s1.vs_chain_total[m]:.2f}x)"
+    )
+
+
 display(
     Markdown(
         f"Batch 1: tree SD (closed form) **{s1.speedup[tree]:.2f}x** over AR ({ci(s1, tree)}, "
@@ -1301,7 +1322,9 @@ head_trees = [tuple(t) for t in HEAD_TREES]
 
 
 def head_methods(chains, trees, materialize=False):
-    run = lambda lm, make: lambda ids, i: generate(lm, ids, MAX_NEW_TOKENS, drafter=make(), sampling=GREEDY)
+    def run(lm, make):
+        return lambda ids, i: generate(lm, ids, MAX_NEW_TOKENS, drafter=make(), sampling=GREEDY)
+
     m = {"AR": lambda ids, i: generate(target, ids, MAX_NEW_TOKENS, sampling=GREEDY)}
     for k in chains:
         m[f"head chain K={k}"] = run(target_f, lambda k=k: FeatureDrafter(target_f, head, k=k))

@@ -392,7 +392,12 @@ validated = study.step("validation", validation, uses=["supervised", "N_VAL", "F
 val = validated.set_index("method")[["accuracy", "calls_per_token", "keep_rate"]].to_dict("index")
 curves = saved["supervised_curves"]
 judge_curve, warm_curve = (curves[curves.policy == p].sort_values("step").bce.tolist() for p in ("judge", "warm"))
-fmt = lambda cv: f"{cv[0]:.3f} -> {cv[-1]:.3f}" if cv else "(too few examples of a class: constant decision)"
+
+
+def fmt(cv):
+    return f"{cv[0]:.3f} -> {cv[-1]:.3f}" if cv else "(too few examples of a class: constant decision)"
+
+
 print(
     f"AutoJudge BCE {fmt(judge_curve)}; warm start {fmt(warm_curve)} on {int(disc.sum())} discordant mismatches "
     f"({int((dc & ~tc).sum())} draft-right)"
@@ -917,7 +922,12 @@ savefig(fig, f"{NB}_policy")
 plt.show()
 top3 = importance.sort_values(ascending=False).head(3)
 ignored = importance[importance <= 0.005]
-corner = lambda ix, iy: float(pk[iy, ix])  # pk[row = draft confidence, column = target confidence]
+
+
+def corner(ix, iy):
+    return float(pk[iy, ix])  # pk[row = draft confidence, column = target confidence]
+
+
 display(
     Markdown(
         f"**Reading.** On the discordant test mismatches the policy picks the better branch {base_agree:.0%} of the time. "

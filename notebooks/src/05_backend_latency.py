@@ -840,7 +840,10 @@ else:
     k01, k05 = int(g01.index[g01.chosen][0]), int(ours.index[ours.chosen][0])
     k = k01 if k01 in common else (k05 if k05 in common else common[-1])
     a, b = g01.loc[k], ours.loc[k]
-    info = lambda d, col: d[col].iloc[0] if col in d.columns else "?"
+
+    def info(d, col):
+        return d[col].iloc[0] if col in d.columns else "?"
+
     vs01 = pd.DataFrame(
         [
             dict(

@@ -130,16 +130,17 @@ from IPython.display import Markdown, display
 from scipy.stats import spearmanr
 
 import speclib
-from speclib import HybridDrafter, Lookahead, PromptLookupDrafter, Sampling, SuffixDrafter, TokenRecycling, generate
+from speclib import HybridDrafter, Lookahead, PromptLookupDrafter, Sampling, SuffixDrafter, generate
 from speclib.core.device import REPO
 from speclib.drafters import rest
-from speclib.drafters.hybrid import FEATURES, Costs, PayoffPredictor, feature_matrix
+from speclib.drafters.hybrid import Costs
 from speclib.drafters.layers import subset
 from speclib.drafters.recycling import expected_accepted, recycling_template
 from speclib.lms import backends, pretrained
 from speclib.lms.head import token_counts
 from speclib.lms.loading import describe
 from speclib.research import bench, chat_data, datastore, peers, sampled, spec_bench, stats
+from speclib.research import hvd as hvd_plumbing
 from speclib.research.layer_search import train_exit
 from speclib.workbook import results
 from speclib.workbook.plotting import savefig, style
@@ -291,21 +292,11 @@ def lookup_name(s):
 
 
 def pilot_runs():
-    methods = {"AR": lambda ids, i: generate(target, ids, MAX_NEW_TOKENS, sampling=GREEDY)}
-    for s in LOOKUP_GRID:
-        methods[lookup_name(s)] = (
-            lambda s: (
-                lambda ids, i: generate(
-                    target, ids, MAX_NEW_TOKENS, drafter=PromptLookupDrafter(s[0], s[1]), sampling=GREEDY
-                )
-            )
-        )(s)
+    methods = {"AR": bench.Method(target, MAX_NEW_TOKENS)}
+    for n, k in LOOKUP_GRID:
+        methods[lookup_name((n, k))] = bench.Method(target, MAX_NEW_TOKENS, partial(PromptLookupDrafter, n, k))
     for m in SUFFIX_GRID:
-        methods[f"suffix max={m}"] = (
-            lambda m: (
-                lambda ids, i: generate(target, ids, MAX_NEW_TOKENS, drafter=SuffixDrafter(max_spec=m), sampling=GREEDY)
-            )
-        )(m)
+        methods[f"suffix max={m}"] = bench.Method(target, MAX_NEW_TOKENS, partial(SuffixDrafter, max_spec=m))
     return bench.paired_runs([t[0] for t in pilot_turns], methods).assign(**meta)
 
 
@@ -350,24 +341,20 @@ def recorded(name, run, outputs):
 def benchmark_runs():
     n, k = best_lookup
     methods = {
-        "AR": lambda ids, i: generate(target, ids, MAX_NEW_TOKENS, sampling=GREEDY),
-        "prompt lookup": lambda ids, i: generate(
-            target, ids, MAX_NEW_TOKENS, drafter=PromptLookupDrafter(n, k), sampling=GREEDY
-        ),
-        "suffix": lambda ids, i: generate(
-            target, ids, MAX_NEW_TOKENS, drafter=SuffixDrafter(max_spec=best_suffix), sampling=GREEDY
-        ),
-        "transformers AR": lambda ids, i: peers.hf_generate(target, ids, MAX_NEW_TOKENS),
-        "transformers prompt lookup": lambda ids, i: peers.hf_prompt_lookup(
-            target, ids, MAX_NEW_TOKENS, k=k, max_ngram=n
+        "AR": bench.Method(target, MAX_NEW_TOKENS),
+        "prompt lookup": bench.Method(target, MAX_NEW_TOKENS, partial(PromptLookupDrafter, n, k)),
+        "suffix": bench.Method(target, MAX_NEW_TOKENS, partial(SuffixDrafter, max_spec=best_suffix)),
+        "transformers AR": bench.Loop(partial(peers.hf_generate, target), MAX_NEW_TOKENS),
+        "transformers prompt lookup": bench.Loop(
+            partial(peers.hf_prompt_lookup, target, k=k, max_ngram=n), MAX_NEW_TOKENS
         ),
     }
     if gguf is not None:
         cpp = peers.LlamaCpp(gguf, threads=threads, eos_token_id=target.eos_token_id)
         cpp_pld = peers.LlamaCpp(gguf, threads=threads, lookup=(n, k), eos_token_id=target.eos_token_id)
         methods |= {
-            "llama.cpp AR": lambda ids, i: cpp.generate(ids, MAX_NEW_TOKENS),
-            "llama.cpp prompt lookup": lambda ids, i: cpp_pld.generate(ids, MAX_NEW_TOKENS),
+            "llama.cpp AR": bench.Loop(cpp.generate, MAX_NEW_TOKENS),
+            "llama.cpp prompt lookup": bench.Loop(cpp_pld.generate, MAX_NEW_TOKENS),
         }
     outputs = {}
     runs = bench.paired_runs([t[0] for t in reported_turns], {m: recorded(m, f, outputs) for m, f in methods.items()})
@@ -482,9 +469,8 @@ def draft_model_runs():
 
     def methods_for(kind, k):
         if kind == "assisted":  # transformers' own loop, the same draft over the whole vocabulary
-            return lambda ids, i: peers.hf_assisted(target, draft, ids, MAX_NEW_TOKENS, k)
-        d = speclib.ModelDrafter(lms[kind], k)
-        return lambda ids, i: generate(target, ids, MAX_NEW_TOKENS, drafter=d, sampling=GREEDY)
+            return bench.Loop(partial(peers.hf_assisted, target, draft, k=k), MAX_NEW_TOKENS)
+        return bench.Method(target, MAX_NEW_TOKENS, speclib.ModelDrafter(lms[kind], k))
 
     kinds = [*lms, "assisted"]
     grid = {"AR": ar_run} | {f"{kind} k={k}": methods_for(kind, k) for kind in kinds for k in DRAFT_KS}
@@ -581,8 +567,7 @@ def self_draft_runs():
         view = target.view(layers=exits[name][0], exit=exits[name][1])
         if fr is not None:
             view.restrict_vocab(fr)
-        d = speclib.ModelDrafter(view, k)
-        return lambda ids, i: generate(target, ids, MAX_NEW_TOKENS, drafter=d, sampling=GREEDY)
+        return bench.Method(target, MAX_NEW_TOKENS, speclib.ModelDrafter(view, k))
 
     grid = {"AR": ar_run} | {f"{name} k={k}": method(name, k) for name in exits for k in SELF_KS}
     pilot_ = bench.paired_runs([t[0] for t in pilot_turns], grid)
@@ -651,9 +636,8 @@ if SELF_DRAFTS:
 
 # %%
 def recycling_runs():
-    warm = TokenRecycling(RECYCLING_TOP_K, max(RECYCLING_NODES))  # the default template fills the matrix
-    for ids, *_ in pilot_turns:
-        generate(target, ids, MAX_NEW_TOKENS, drafter=warm, sampling=GREEDY)
+    pilot = [ids for ids, *_ in pilot_turns]  # the default template fills the matrix
+    warm = hvd_plumbing.warm_recycling(target, pilot, MAX_NEW_TOKENS, RECYCLING_TOP_K, max(RECYCLING_NODES))
     rank_accept = warm.fitted_rank_accept()
     choice = []
     for n in RECYCLING_NODES:
@@ -669,18 +653,12 @@ def recycling_runs():
         )
     choice = pd.DataFrame(choice)
     nodes = int(choice.nodes[choice.predicted_speedup.idxmax()])
-
-    def drafter(shared):
-        d = TokenRecycling(RECYCLING_TOP_K, nodes, rank_accept, shared=shared)
-        d.check_compatible(target)
-        d.matrix[:] = warm.matrix  # the pilot's matrix (the cold drafter empties it at each turn)
-        return d
-
-    hot, cold = drafter(True), drafter(False)
+    # both start from the pilot's matrix; the cold drafter empties it at each turn
+    hot, cold = warm.with_template(nodes), warm.with_template(nodes, shared=False)
     methods = {
-        "AR": lambda ids, i: generate(target, ids, MAX_NEW_TOKENS, sampling=GREEDY),
-        "token recycling": lambda ids, i: generate(target, ids, MAX_NEW_TOKENS, drafter=hot, sampling=GREEDY),
-        "token recycling (cold)": lambda ids, i: generate(target, ids, MAX_NEW_TOKENS, drafter=cold, sampling=GREEDY),
+        "AR": bench.Method(target, MAX_NEW_TOKENS),
+        "token recycling": bench.Method(target, MAX_NEW_TOKENS, hot),
+        "token recycling (cold)": bench.Method(target, MAX_NEW_TOKENS, cold),
     }
     for run in methods.values():  # warm-up on a pilot turn: the hot matrix must not see a reported one first
         run(pilot_turns[0][0], 0)
@@ -748,12 +726,10 @@ def rest_store():
 
 def rest_runs():
     store, build_s = rest_store()
-    ar = lambda ids, i: generate(target, ids, MAX_NEW_TOKENS, sampling=GREEDY)
+    ar = bench.Method(target, MAX_NEW_TOKENS)
 
     def method(nodes):
-        return lambda ids, i: generate(
-            target, ids, MAX_NEW_TOKENS, drafter=rest.RestDrafter(store, nodes=nodes), sampling=GREEDY
-        )
+        return bench.Method(target, MAX_NEW_TOKENS, partial(rest.RestDrafter, store, nodes=nodes))
 
     pilot_ = bench.paired_runs(
         [t[0] for t in pilot_turns], {"AR": ar} | {f"REST nodes={n}": method(n) for n in REST_NODES}
@@ -828,89 +804,37 @@ def every_source_runs():
     n_look, k_look = best_lookup
     rest_nodes = int(ssaved["rest_store"].nodes.iloc[0])
     tr_nodes = int(rchoice[rchoice.chosen].nodes.iloc[0])
+    pilot = [ids for ids, *_ in pilot_turns]
 
-    def t_of(n):
+    def t_of(n):  # the pass cost T(n), interpolated between the widths measured
         return float(np.interp(n, passes.index, passes))
 
-    def tokens_per_call(gens):
-        return sum(g.stats.new_tokens for g in gens) / sum(g.stats.target_calls + 1 for g in gens)
-
-    rows = []
-    for W, N, G in LOOKAHEAD_GRID:
-        gens = [
-            generate(target, ids, MAX_NEW_TOKENS, drafter=Lookahead(W, N, G), sampling=GREEDY)
-            for ids, *_ in pilot_turns
-        ]
-        nodes = float(np.mean([s["drafted"] for g in gens for s in g.stats.steps]))
-        rows.append(
-            dict(
-                window=W,
-                ngram=N,
-                guesses=G,
-                tokens_per_call=tokens_per_call(gens),
-                mean_nodes=nodes,
-                predicted_speedup=tokens_per_call(gens) * t_of(1) / t_of(nodes + 1),
-            )
-        )
-    la = pd.DataFrame(rows)
-    best = la.loc[la.predicted_speedup.idxmax()]
-    la_setting = (int(best.window), int(best.ngram), int(best.guesses))
-
-    warm = TokenRecycling(RECYCLING_TOP_K, max(RECYCLING_NODES))
-    for ids, *_ in pilot_turns:
-        generate(target, ids, MAX_NEW_TOKENS, drafter=warm, sampling=GREEDY)
-    rank_accept = warm.fitted_rank_accept()
+    la = hvd_plumbing.choose_lookahead(target, pilot, LOOKAHEAD_GRID, t_of, MAX_NEW_TOKENS)
+    warm = hvd_plumbing.warm_recycling(target, pilot, MAX_NEW_TOKENS, RECYCLING_TOP_K, max(RECYCLING_NODES))
 
     def every_cache(first="prompt lookup"):
-        tr = TokenRecycling(RECYCLING_TOP_K, tr_nodes, rank_accept)
-        tr.check_compatible(target)
-        tr.matrix[:] = warm.matrix
         made = {
             "prompt lookup": PromptLookupDrafter(n_look, k_look),
             "suffix": SuffixDrafter(max_spec=best_suffix),
-            "token recycling": tr,
+            "token recycling": warm.with_template(tr_nodes),
             "REST": rest.RestDrafter(store, nodes=rest_nodes),
         }
-        return [made[first]] + [d for name, d in made.items() if name != first]
+        return hvd_plumbing.in_front(made, first)
 
     hvd_costs = Costs({n: t_of(n) for n in range(1, int(passes.index.max()) + 1)}, model_token_s=0.0)
-    logs = []
-    for first in ["prompt lookup", "suffix", "token recycling", "REST"]:
-        h = HybridDrafter(every_cache(first), None, "cache")
-        for i, (ids, *_) in enumerate(pilot_turns):
-            generate(target, ids, MAX_NEW_TOKENS, drafter=h, sampling=GREEDY)
-            logs += [dict(prompt=i, first=first, **s) for s in h.log if s["drafted"] > 0]
-    logs = pd.DataFrame(logs)
-    predictor = PayoffPredictor(seed=SEED).fit(feature_matrix(logs), logs.accepted.to_numpy())
+    sources = ["prompt lookup", "suffix", "token recycling", "REST"]
+    logs = hvd_plumbing.every_source_logs(target, every_cache, None, pilot, MAX_NEW_TOKENS, sources)
+    predictor = hvd_plumbing.fit_payoff(logs, seed=SEED)
     hvd = HybridDrafter(every_cache(), None, "hvd", predictor, hvd_costs)
     chosen = []
-
-    def run_hvd(ids, i):
-        g = generate(target, ids, MAX_NEW_TOKENS, drafter=hvd, sampling=GREEDY)
-        pred = predictor.predict(np.stack([[s[f] for f in FEATURES] for s in hvd.log]))
-        chosen.extend(
-            dict(
-                prompt=i,
-                source=s["cache_source"] if s["source"] == "cache" else "plain step",
-                drafted=s["drafted"],
-                accepted=s["accepted"],
-                predicted=p if s["source"] == "cache" else np.nan,
-            )
-            for s, p in zip(hvd.log, pred)
-        )
-        return g
-
-    look = Lookahead(*la_setting)
     methods = {
-        "AR": lambda ids, i: generate(target, ids, MAX_NEW_TOKENS, sampling=GREEDY),
-        "prompt lookup": lambda ids, i: generate(
-            target, ids, MAX_NEW_TOKENS, drafter=PromptLookupDrafter(n_look, k_look), sampling=GREEDY
+        "AR": bench.Method(target, MAX_NEW_TOKENS),
+        "prompt lookup": bench.Method(target, MAX_NEW_TOKENS, partial(PromptLookupDrafter, n_look, k_look)),
+        "suffix": bench.Method(target, MAX_NEW_TOKENS, partial(SuffixDrafter, max_spec=best_suffix)),
+        "lookahead": bench.Method(target, MAX_NEW_TOKENS, Lookahead(*hvd_plumbing.chosen_lookahead(la))),
+        "HVD (every source)": hvd_plumbing.RecordSteps(
+            bench.Method(target, MAX_NEW_TOKENS, hvd), hvd, predictor, chosen, "plain step"
         ),
-        "suffix": lambda ids, i: generate(
-            target, ids, MAX_NEW_TOKENS, drafter=SuffixDrafter(max_spec=best_suffix), sampling=GREEDY
-        ),
-        "lookahead": lambda ids, i: generate(target, ids, MAX_NEW_TOKENS, drafter=look, sampling=GREEDY),
-        "HVD (every source)": run_hvd,
     }
     for run in methods.values():  # warm-up on a pilot turn
         run(pilot_turns[0][0], -1)
@@ -921,7 +845,7 @@ def every_source_runs():
     )
     toks = pd.DataFrame([dict(prompt=i, method=m, tokens=list(map(int, t))) for (i, m), t in outputs_.items()])
     return {
-        "es_lookahead": la.assign(chosen=la.index == best.name, **meta),
+        "es_lookahead": la.assign(**meta),
         "es_logs": logs.assign(**meta),
         "es_runs": runs_.assign(**meta),
         "es_outputs": toks.assign(**meta),
@@ -1234,13 +1158,9 @@ def long_runs():
 
     def methods(cap):
         return {
-            "AR": lambda ids, i: generate(target, ids, cap, sampling=GREEDY),
-            "prompt lookup": lambda ids, i: generate(
-                target, ids, cap, drafter=PromptLookupDrafter(n, k), sampling=GREEDY
-            ),
-            "suffix": lambda ids, i: generate(
-                target, ids, cap, drafter=SuffixDrafter(max_spec=best_suffix), sampling=GREEDY
-            ),
+            "AR": bench.Method(target, cap),
+            "prompt lookup": bench.Method(target, cap, partial(PromptLookupDrafter, n, k)),
+            "suffix": bench.Method(target, cap, partial(SuffixDrafter, max_spec=best_suffix)),
         }
 
     for run in methods(MAX_NEW_TOKENS).values():  # warm-up on a pilot turn at the short cap
@@ -1438,6 +1358,17 @@ def predicted_speedup(lat_b, drafted, tokens):
     return tokens * lat_b[1] / steps_cost(lat_b, drafted)
 
 
+def with_steps(method, name, steps):
+    """`method` that also keeps each run's nodes drafted per step in steps[(prompt index, name)]."""
+
+    def run(ids, i):
+        g = method(ids, i)
+        steps[(i, name)] = [s["drafted"] for s in g.stats.steps]
+        return g
+
+    return run
+
+
 def runtime_runs():
     for b in RUNTIMES:
         backends.check(b)  # a missing runtime stops here, before anything is timed
@@ -1472,22 +1403,15 @@ def runtime_runs():
     all_runs = []
     for b in RUNTIMES:
         lm, k, steps = lms[b], int(chosen[b]), {}
-
-        def run(drafter_of, name):
-            def go(ids, i):
-                g = generate(lm, ids, MAX_NEW_TOKENS, drafter=drafter_of(), sampling=GREEDY)
-                steps[(i, name)] = [s["drafted"] for s in g.stats.steps]
-                return g
-
-            return go
-
         methods = {
-            "AR": run(lambda: None, "AR"),
-            "prompt lookup": run(lambda: PromptLookupDrafter(ngram, k), "prompt lookup"),
+            "AR": with_steps(bench.Method(lm, MAX_NEW_TOKENS), "AR", steps),
+            "prompt lookup": with_steps(
+                bench.Method(lm, MAX_NEW_TOKENS, partial(PromptLookupDrafter, ngram, k)), "prompt lookup", steps
+            ),
         }
         if b == "llamacpp-gguf":  # llama.cpp's own prompt lookup loop on the same file, same n-gram and k
             cpp_pld = peers.LlamaCpp(gguf, threads=threads, lookup=(ngram, k), eos_token_id=target.eos_token_id)
-            methods["llama.cpp prompt lookup"] = lambda ids, i: cpp_pld.generate(ids, MAX_NEW_TOKENS)
+            methods["llama.cpp prompt lookup"] = bench.Loop(cpp_pld.generate, MAX_NEW_TOKENS)
         r = bench.paired_runs([t[0] for t in sub_turns], methods)
         r["predicted_verify_s"] = [
             steps_cost(T[b], steps[(p, m)]) if (p, m) in steps else np.nan for p, m in zip(r.prompt, r.method)

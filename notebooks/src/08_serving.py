@@ -205,7 +205,7 @@ def hvd_pilot():
             target,
             pilot_sessions,
             answer(
-                lambda: HybridDrafter(
+                lambda first=first: HybridDrafter(
                     serving_caches(K)[first:] + serving_caches(K)[:first], ModelDrafter(draft, K), "cache"
                 ),
                 lambda d, g: logs.extend(r for r in d.log if r["drafted"] > 0),

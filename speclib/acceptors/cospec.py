@@ -47,11 +47,17 @@ def features(p: torch.Tensor, q: torch.Tensor, t: torch.Tensor, d: torch.Tensor,
     t, d: [M] the target's and the draft's token; chain_pos: index of the drafted token in its chain;
     depth: tokens generated before it; recent: share of agreements among the last RECENT compared positions."""
     lp, lq = p.clamp_min(1e-12).log(), q.clamp_min(1e-12).log()
-    pick = lambda x, i: x.gather(-1, i[:, None])[:, 0]
+
+    def pick(x, i):
+        return x.gather(-1, i[:, None])[:, 0]
+
     m = 0.5 * (p + q)
     lm = m.clamp_min(1e-12).log()
     jsd = 0.5 * ((p * (lp - lm)).sum(-1) + (q * (lq - lm)).sum(-1))
-    as_t = lambda x: torch.as_tensor(x, dtype=torch.float32).expand(len(t))
+
+    def as_t(x):
+        return torch.as_tensor(x, dtype=torch.float32).expand(len(t))
+
     return torch.stack(
         [
             pick(lp, t),

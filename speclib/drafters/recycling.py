@@ -153,6 +153,16 @@ class TokenRecycling:
     def observe(self, accepted: list[int]) -> None:
         pass  # the matrix was updated by observe_verify
 
+    def with_template(self, nodes: int, rank_accept=None, shared: bool = True) -> TokenRecycling:
+        """A drafter of `nodes` nodes for `rank_accept` (default: this one's fitted rates) that starts from
+        a copy of this drafter's matrix: the warm start of a drafter whose matrix was filled on pilot
+        prompts (with shared=False, a cold drafter empties it at every request)."""
+        if self.matrix is None:
+            raise RuntimeError("with_template before check_compatible(target): there is no matrix to start from")
+        d = TokenRecycling(self.top_k, nodes, self.fitted_rank_accept() if rank_accept is None else rank_accept, shared)
+        d.matrix = self.matrix.copy()
+        return d
+
     def fitted_rank_accept(self) -> tuple[float, ...]:
         """P(the target's next token is the j-th candidate), j < top_k, from rank_counts."""
         total = self.rank_counts.sum()

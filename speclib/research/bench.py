@@ -25,6 +25,8 @@ from __future__ import annotations
 import argparse
 import statistics
 from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 import pandas as pd
@@ -110,6 +112,51 @@ def _row(g: Generation) -> dict:
     )
 
 
+@dataclass(frozen=True)
+class Method:
+    """One method of `paired_runs`, declared instead of written as a closure: `target` decodes
+    `max_new_tokens` under `sampling`, drafted by `drafter`. A drafter that is a Drafter instance is shared
+    by every prompt (what it learns carries over: Token Recycling's matrix, HVD's suffix tree); a callable
+    that is not one (a class, a `functools.partial`) makes a fresh drafter for each prompt; None is AR.
+
+        methods = {"AR": Method(target, 128), "prompt lookup": Method(target, 128, partial(PromptLookupDrafter, 3, 5))}
+        runs = paired_runs(prompts, methods)
+    """
+
+    target: LM
+    max_new_tokens: int
+    drafter: object = None
+    sampling: Sampling = Sampling(0.0)
+    seed: int = 0  # prompt i decodes with seed + i (what a sampled run draws)
+    acceptor: object = None
+
+    def __call__(self, ids: list[int], index: int = 0) -> Generation:
+        d = self.drafter
+        if d is not None and (isinstance(d, type) or not hasattr(d, "draft")):  # a factory: fresh per prompt
+            d = d()
+        return generate(
+            self.target,
+            ids,
+            self.max_new_tokens,
+            drafter=d,
+            acceptor=self.acceptor,
+            sampling=self.sampling,
+            seed=self.seed + index,
+        )
+
+
+@dataclass(frozen=True)
+class Loop:
+    """Another library's loop as a `paired_runs` method: `loop(prompt_ids, max_new_tokens) -> Generation`,
+    e.g. `Loop(partial(peers.hf_generate, target), 128)` or `Loop(peers.LlamaCpp(path).generate, 128)`."""
+
+    loop: Callable
+    max_new_tokens: int
+
+    def __call__(self, ids: list[int], index: int = 0) -> Generation:
+        return self.loop(ids, self.max_new_tokens)
+
+
 def paired_runs(
     prompts: list,
     methods: dict[str, Callable[[list[int], int], Generation]],
@@ -120,7 +167,8 @@ def paired_runs(
 ) -> pd.DataFrame:
     """Run every method on every prompt, the reference back to back with the others.
 
-    methods: name -> run(prompt_ids, prompt_index) -> Generation; it must include `reference`. Per
+    methods: name -> run(prompt_ids, prompt_index) -> Generation (a `Method`, or any such callable, e.g. another
+    library's loop); it must include `reference`. Per
     (prompt, round) the methods run in the order [reference, *others], reversed on every other
     (prompt + round), so each method precedes and follows the reference equally often (ABBA) and a
     slow drift of the machine cancels. `warmup` first runs each method once on prompts[0], untimed.
@@ -291,19 +339,11 @@ def chain_methods(
 ) -> dict:
     """AR and speclib chain SD at each K (and transformers assisted generation at each K, greedy
     only) as `paired_runs` methods; run i uses seed + i, the same for every method."""
-    methods = {"AR": lambda ids, i: generate(target, ids, max_new_tokens, sampling=sampling, seed=seed + i)}
+    methods = {"AR": Method(target, max_new_tokens, None, sampling, seed)}
     for k in ks:
-        methods[f"SD K={k}"] = (
-            lambda k: (
-                lambda ids, i: generate(
-                    target, ids, max_new_tokens, drafter=ModelDrafter(draft, k), sampling=sampling, seed=seed + i
-                )
-            )
-        )(k)
+        methods[f"SD K={k}"] = Method(target, max_new_tokens, partial(ModelDrafter, draft, k), sampling, seed)
         if assisted:
-            methods[f"assisted K={k}"] = (
-                lambda k: lambda ids, i: peers.hf_assisted(target, draft, ids, max_new_tokens, k)
-            )(k)
+            methods[f"assisted K={k}"] = Loop(partial(peers.hf_assisted, target, draft, k=k), max_new_tokens)
     return methods
 
 

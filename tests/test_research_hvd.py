@@ -1,0 +1,71 @@
+"""speclib.research.hvd, the plumbing of HVD over every source that notebooks 02 and 07 share: the warm
+start of Token Recycling, the Lookahead choice, the fitting logs and the per-step record, each checked
+against what it stands for (greedy identity, a copied matrix, the cost model's argmax, the drafter's log)."""
+
+import numpy as np
+import pytest
+from conftest import tiny_lm
+
+from speclib import HybridDrafter, PromptLookupDrafter, Sampling, SuffixDrafter, TokenRecycling, generate
+from speclib.drafters.hybrid import Costs
+from speclib.research import hvd
+
+GREEDY = Sampling(0.0)
+PROMPTS = [[1, 2, 3, 1, 2, 3, 1, 2], [5, 5, 5, 5], [3, 1, 4, 1, 5, 9, 2, 6]]
+
+
+@pytest.fixture(scope="module")
+def target():
+    return tiny_lm(32, 2, vocab=16, seed=0)
+
+
+def test_warm_start_copies_the_pilot_matrix_and_stays_lossless(target):
+    warm = hvd.warm_recycling(target, PROMPTS[:2], 20, top_k=3, nodes=6)
+    assert warm.rank_counts.sum() > 0 and (warm.matrix >= 0).any()
+    hot, cold = warm.with_template(4), warm.with_template(4, shared=False)
+    assert hot.max_nodes == 4 and hot.rank_accept == pytest.approx(warm.fitted_rank_accept())
+    assert np.array_equal(hot.matrix, warm.matrix) and hot.matrix is not warm.matrix
+    before = warm.matrix.copy()
+    for prompt in PROMPTS:
+        ar = generate(target, prompt, 30, sampling=GREEDY).tokens
+        assert generate(target, prompt, 30, drafter=hot, sampling=GREEDY).tokens == ar
+        assert generate(target, prompt, 30, drafter=cold, sampling=GREEDY).tokens == ar
+    assert np.array_equal(warm.matrix, before)  # the drafters learned on copies
+    # the warm start drafts from its first step; a fresh drafter has nothing to draft on a new prompt
+    first = generate(target, PROMPTS[2], 10, drafter=warm.with_template(4), sampling=GREEDY).stats.steps[0]
+    fresh = TokenRecycling(3, 4)
+    assert first["drafted"] > 0
+    assert generate(target, PROMPTS[2], 10, drafter=fresh, sampling=GREEDY).stats.steps[0]["drafted"] == 0
+    with pytest.raises(RuntimeError, match="check_compatible"):
+        TokenRecycling(3, 4).with_template(2)
+
+
+def test_choose_lookahead_keeps_the_cost_models_argmax(target):
+    grid = [(2, 2, 1), (3, 3, 2), (4, 3, 3)]
+    table = hvd.choose_lookahead(target, PROMPTS, grid, lambda n: 1.0 + 0.1 * n, 20)
+    assert len(table) == 3 and table.chosen.sum() == 1
+    assert np.allclose(table.predicted_speedup, table.tokens_per_call * 1.1 / (1.0 + 0.1 * (table.mean_nodes + 1)))
+    assert hvd.chosen_lookahead(table) == grid[int(table.predicted_speedup.idxmax())]
+
+
+def test_every_source_logs_fit_a_predictor_and_the_record_matches_the_log(target):
+    def caches(first="prompt lookup"):
+        made = {"prompt lookup": PromptLookupDrafter(2, 5), "suffix": SuffixDrafter(max_spec=5)}
+        return hvd.in_front(made, first)
+
+    assert [type(d) for d in caches("suffix")] == [SuffixDrafter, PromptLookupDrafter]
+    logs = hvd.every_source_logs(target, caches, None, PROMPTS, 30, ["prompt lookup", "suffix"])
+    assert set(logs["first"]) == {"prompt lookup", "suffix"} and (logs.drafted > 0).all()
+    predictor = hvd.fit_payoff(logs)
+    costs = Costs({n: 1e-3 * (1 + 0.05 * n) for n in range(1, 20)}, model_token_s=0.0)
+    d = HybridDrafter(caches(), None, "hvd", predictor, costs)
+    ar = generate(target, PROMPTS[0], 30, sampling=GREEDY).tokens
+    assert generate(target, PROMPTS[0], 30, drafter=d, sampling=GREEDY).tokens == ar
+    rows = hvd.verified_steps(d, predictor, "plain step")
+    assert len(rows) == len(d.log)
+    assert [r["accepted"] for r in rows] == [s["accepted"] for s in d.log]
+    for r, s in zip(rows, d.log):
+        assert (r["source"] == "plain step") == (s["source"] != "cache")
+        assert np.isnan(r["predicted"]) == (s["source"] != "cache")
+    gens = [generate(target, p, 10, sampling=GREEDY) for p in PROMPTS]  # AR: one token per pass, prefill too
+    assert hvd.tokens_per_call(gens) == pytest.approx(30 / sum(g.stats.target_calls + 1 for g in gens))
