@@ -132,7 +132,7 @@ from speclib.drafters.hybrid import FEATURES, Costs, PayoffPredictor, feature_ma
 from speclib.drafters.recycling import expected_accepted, recycling_template
 from speclib.research import bench, data, datastore
 from speclib.research import hvd as hvd_plumbing
-from speclib.workbook import results
+from speclib.workbook import results, verdicts
 from speclib.workbook.plotting import savefig, style
 from speclib.workbook.study import Study
 
@@ -1432,13 +1432,7 @@ display(
         f"The best single source pooled is **{best_single}** at {es_speed.speedup[best_single]:.2f}x. HVD over every source runs at "
         f"**{es_speed.speedup['HVD (every source)']:.2f}x** AR and, paired per prompt, at **{h_all.speedup:.2f}x** {best_single} "
         f"(CI {h_all.lo:.2f}–{h_all.hi:.2f}): "
-        + (
-            "the 1.15x goal is met (the whole interval above 1.15). "
-            if h_all.lo > 1.15
-            else "above the 1.15x goal at the median but its interval reaches below it. "
-            if h_all.speedup >= 1.15
-            else "the 1.15x goal is not met. "
-        )
+        + f"the 1.15x goal: {verdicts.goal(h_all, 1.15)}. "
         + f"Against HVD over two sources: {over.speedup['HVD (two sources)']:.2f}x (CI {over.lo['HVD (two sources)']:.2f}–"
         f"{over.hi['HVD (two sources)']:.2f}). It verified "
         + ", ".join(f"{s} {v:.0%}" for s, v in share.sort_values(ascending=False).items())

@@ -107,7 +107,7 @@ from speclib import ModelDrafter, Sampling, generate
 from speclib.acceptors import cospec
 from speclib.acceptors.cospec import FEATURES, Arbiter, Fuzzy, Policy, Typical, always_target
 from speclib.research import bench, cospec_rollouts, cospec_training, data, stats
-from speclib.workbook import results
+from speclib.workbook import results, verdicts
 from speclib.workbook.plotting import savefig, style
 from speclib.workbook.study import Study
 
@@ -1048,7 +1048,7 @@ display(
         f"{table.speed_lo['lossless SD']:.2f}–{table.speed_hi['lossless SD']:.2f}), "
         f"{r.calls_per_token:.3f} target calls per token. Oracle branch choice: "
         f"{table.accuracy['oracle branch choice']:.1%}. Accuracy target {'met' if r.diff_lo > 0 else 'NOT met'}; "
-        f"speed target {'met' if r.speedup >= 1.5 else 'NOT met'}. (Reported for LLaMA 70B/8B: +1.7 points, 3.96x.)"
+        f"speed target 1.5x: {verdicts.goal(dict(speedup=r.speedup, lo=r.speed_lo, hi=r.speed_hi), 1.5)}. (Reported for LLaMA 70B/8B: +1.7 points, 3.96x.)"
     )
 )
 

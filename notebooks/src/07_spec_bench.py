@@ -142,7 +142,7 @@ from speclib.lms.loading import describe
 from speclib.research import bench, chat_data, datastore, peers, sampled, spec_bench, stats
 from speclib.research import hvd as hvd_plumbing
 from speclib.research.layer_search import train_exit
-from speclib.workbook import results
+from speclib.workbook import results, verdicts
 from speclib.workbook.plotting import savefig, style
 from speclib.workbook.study import Study
 
@@ -900,13 +900,7 @@ display(
         f"HVD over every source runs at {es_speed.speedup['HVD (every source)']:.2f}x AR "
         f"(CI {es_speed.lo['HVD (every source)']:.2f}–{es_speed.hi['HVD (every source)']:.2f}); paired per turn it runs at "
         f"**{h.speedup:.2f}x** the best single source of this step, {best_single} (CI {h.lo:.2f}–{h.hi:.2f}): "
-        + (
-            "the 1.15x goal is met. "
-            if h.lo > 1.15
-            else "above 1.15x at the median, not over its whole interval. "
-            if h.speedup >= 1.15
-            else "the 1.15x goal is not met. "
-        )
+        + f"the 1.15x goal: {verdicts.goal(h, 1.15)}. "
         + "It verified "
         + ", ".join(f"{s} {v:.0%}" for s, v in share.sort_values(ascending=False).items())
         + " of its steps"
@@ -1042,16 +1036,6 @@ if cpp_row is not None:
 
 
 # %%
-def verdict(r, goal):
-    """Whether a paired speedup `r` (bench.speedup) reaches `goal`, reading its interval as well as its estimate."""
-    if r["lo"] >= goal:
-        return "met"
-    if r["hi"] < goal:
-        return "not met"
-    estimate = f"{'met' if r['speedup'] >= goal else 'missed'} by the estimate"
-    return estimate + (f"; the interval holds {goal}x" if r["lo"] == r["lo"] else " (one turn: no interval)")
-
-
 speed = runs.groupby("method").tokens_per_s.median()
 impl = []
 for name, ar, pld in [
@@ -1562,7 +1546,7 @@ if "llama.cpp prompt lookup" in set(rruns.method):
         Markdown(
             f"On llama.cpp's forward, speclib's prompt lookup runs at **{cpp_over['speedup']:.2f}x** llama.cpp's own "
             f"(paired per turn, 95% CI {cpp_over['lo']:.2f}–{cpp_over['hi']:.2f}, {cpp_over['prompts']} turns; "
-            f"goal 1.0x: {verdict(cpp_over, 1.0)}). "
+            f"goal 1.0x: {verdicts.goal(cpp_over, 1.0)}). "
             f"Over this runtime's AR: speclib's loop {cl.over_ar['speclib']:.2f}x, llama.cpp's {cl.over_ar['llama.cpp']:.2f}x. "
             f"Each equals the runtime's AR text on {cl.identical_to_ar['speclib']} and "
             f"{cl.identical_to_ar['llama.cpp']} of {cl.turns['speclib']} turns (llama.cpp rounds a wide pass "
@@ -1792,7 +1776,7 @@ if DRAFT_MODEL:
         lines.append(
             f"* Against transformers' assisted generation with the same draft: speclib's {best_draft} at "
             f"{over_hf['speedup']:.2f}x its speed, paired per turn (95% CI {over_hf['lo']:.2f}-{over_hf['hi']:.2f}; "
-            f"goal 1.2x: {verdict(over_hf, 1.2)}); assisted generation itself at "
+            f"goal 1.2x: {verdicts.goal(over_hf, 1.2)}); assisted generation itself at "
             f"{overall.speedup['transformers assisted']:.2f}x speclib's AR."
         )
 if SELF_DRAFTS:
@@ -1814,7 +1798,7 @@ over_tf = bench.speedup(runs, "prompt lookup", "transformers prompt lookup")
 lines.append(
     f"* Against transformers on the same float32 weights: speclib's prompt lookup at {over_tf['speedup']:.2f}x its "
     f"prompt lookup's speed, paired per turn (95% CI {over_tf['lo']:.2f}–{over_tf['hi']:.2f}; goal 1.2x: "
-    f"{verdict(over_tf, 1.2)}; ratio of median tokens per second "
+    f"{verdicts.goal(over_tf, 1.2)}; ratio of median tokens per second "
     f"{sp.lookup_tokens_per_s['speclib'] / sp.lookup_tokens_per_s['transformers']:.2f}x); transformers' AR at "
     f"{overall.speedup['transformers AR']:.2f}x speclib's, its prompt lookup at "
     f"{sp.lookup_over_own_ar['transformers']:.2f}x its own AR."
@@ -1830,7 +1814,7 @@ if "llama.cpp" in sp.index:
         + (
             f"; run on llama.cpp's own forward (section 8), speclib's prompt lookup is {cpp_over['speedup']:.2f}x "
             f"llama.cpp's at the same n-gram and k (paired, 95% CI {cpp_over['lo']:.2f}–{cpp_over['hi']:.2f}; goal 1.0x: "
-            f"{verdict(cpp_over, 1.0)})."
+            f"{verdicts.goal(cpp_over, 1.0)})."
             if len(cpp_loops)
             else " (goal 1.0x, which asks for the same quantized numbers: section 8 did not run llama.cpp here)."
         )

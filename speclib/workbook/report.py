@@ -7,7 +7,6 @@ python -m speclib report          # rewrites every generated block: README.md (h
 from __future__ import annotations
 
 import argparse
-import math
 import re
 
 import numpy as np
@@ -15,6 +14,7 @@ import pandas as pd
 
 from speclib.core.device import REPO
 from speclib.workbook import results
+from speclib.workbook.verdicts import ci
 
 README = REPO / "README.md"
 RESULTS_PAGE = REPO / "docs" / "results.md"
@@ -30,15 +30,6 @@ HEADLINES = {
     "07_spec_bench": "SmolLM2-135M-Instruct on Spec-Bench, HVD (every source), all tasks",
     "08_serving": "TPOT over AR's at 1 sessions/s",
 }
-
-
-def ci(lo: float, hi: float, digits: int = 2) -> str:
-    """An interval rounded outward ("0.99–1.35" for 0.996–1.342), so a bound never reads as if it
-    cleared a threshold (1, say) that it does not clear; "n/a" when it was not computed."""
-    if not (lo == lo and hi == hi):
-        return "n/a"
-    f = 10**digits
-    return f"{math.floor(lo * f + 1e-9) / f:.{digits}f}–{math.ceil(hi * f - 1e-9) / f:.{digits}f}"
 
 
 def _rows_01() -> list[tuple[str, str, str]]:
