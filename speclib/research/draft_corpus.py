@@ -18,6 +18,13 @@ tokenizer or other weights is refused. The shards are small (uint16 ids) and com
 trains without regenerating.
 
     python -m speclib draft_corpus generate smollm2-135m-instruct --shards 40     # resumable
+    python -m speclib draft_corpus generate smollm2-135m-instruct --shards 1000 --dtype bfloat16 --batch 48 --group 8
+
+`--group 8` answers eight shards' conversations together (batches of one task and length fill up to
+`--batch` rows; each shard is still written on its own, its settings naming the group). `--dtype
+bfloat16` writes text from the target's bfloat16 weights, 1.4x the float32 rate here: the heads and
+drafts learn from the float32 target's own teacher-forced pass over that text, so the dtype changes
+which answers are seen, not the labels (each shard records its dtype).
     python -m speclib draft_corpus status smollm2-135m-instruct
 """
 
@@ -391,16 +398,18 @@ def generate(
     batch: int = 32,
     dtype: str = "float32",
     seed: int = 0,
+    group: int = 1,
     log=print,
 ) -> int:
-    """Answer the first `n_shards` shards of split `which` (existing shards are checked and skipped); returns
-    the answer tokens written by this call."""
+    """Answer the first `n_shards` shards of split `which` (existing shards are checked and skipped), `group`
+    shards at a time (an interrupted group is answered again); returns the answer tokens written by this
+    call."""
     from tqdm.auto import tqdm
 
     from speclib.research import spec_bench
 
-    if max_new_tokens < 1 or batch < 1 or n_shards < 0:
-        raise ValueError("max_new_tokens and batch must be >= 1, n_shards >= 0")
+    if max_new_tokens < 1 or batch < 1 or group < 1 or n_shards < 0:
+        raise ValueError("max_new_tokens, batch and group must be >= 1, n_shards >= 0")
     rows = order(prompts(), which, seed)
     check_disjoint(rows, [t for q in spec_bench.questions() for t in q["turns"]])
     n_shards = min(n_shards, math.ceil(len(rows) / SHARD))
@@ -418,30 +427,53 @@ def generate(
         return 0
     model, tok = load_target(target, dtype)
     written, t0 = 0, time.perf_counter()
-    bar = tqdm(todo, desc=f"{which} shards", unit="shard")
-    for i in bar:
-        chunk = rows[i * SHARD : (i + 1) * SHARD]
-        settings = shard_settings(i, max_new_tokens, seed, dtype, batch)
-        ids, masks = answer_shard(model, tok, chunk, settings)
-        new = sum(map(sum, masks))
+    bar = tqdm(total=len(todo), desc=f"{which} shards", unit="shard")
+    for block in [todo[k : k + group] for k in range(0, len(todo), group)]:
+        for part in _by_temperature(block):
+            _answer_shards(model, tok, rows, part, (target, which, max_new_tokens, seed, dtype, batch, expect), log)
+            written += sum(read_shard(shard_path(target, which, i)).answer_tokens for i in part)
+        bar.update(len(block))
+        rate = written / (time.perf_counter() - t0)
+        left = (len(todo) - bar.n) * (time.perf_counter() - t0) / bar.n
+        bar.set_postfix_str(f"{rate:.0f} answer tok/s, ETA {left / 60:.0f} min")
+        log(f"shards {block[0]}-{block[-1]}: {rate:.1f} answer tok/s so far")
+    return written
+
+
+def _by_temperature(block: list[int]) -> list[list[int]]:
+    """A block of shards split into its greedy and its sampled shards (each answered in batches of its own)."""
+    sampled = [i for i in block if i % SAMPLED_EVERY == SAMPLED_EVERY - 1]
+    return [p for p in ([i for i in block if i not in sampled], sampled) if p]
+
+
+def _answer_shards(model, tok, rows, part, job, log) -> None:
+    """Shards `part` (one temperature) answered together, so batches of one task and length fill; each
+    written as its own shard."""
+    target, which, max_new_tokens, seed, dtype, batch, expect = job
+    settings = {**shard_settings(part[0], max_new_tokens, seed, dtype, batch), "answered_with": part}
+    chunk = [p for i in part for p in rows[i * SHARD : (i + 1) * SHARD]]
+    g0 = time.perf_counter()
+    ids, masks = answer_shard(model, tok, chunk, settings)
+    took = (time.perf_counter() - g0) / len(part)
+    at = 0
+    for i in part:
+        n = len(rows[i * SHARD : (i + 1) * SHARD])
+        sl = slice(at, at + n)
+        at += n
+        new = sum(map(sum, masks[sl]))
         meta = {
             "target": Path(target).name,
             "split": which,
             "index": i,
-            "prompt_ids": [p.id for p in chunk],
-            "tasks": [p.task for p in chunk],
+            "prompt_ids": [p.id for p in chunk[sl]],
+            "tasks": [p.task for p in chunk[sl]],
             "settings": settings,
             "fingerprints": expect,
             "answer_tokens": new,
-            "seconds": round(time.perf_counter() - t0, 1),
+            "seconds": round(took, 1),
         }
-        write_shard(shard_path(target, which, i), ids, masks, meta)
-        written += new
-        rate = written / (time.perf_counter() - t0)
-        left = (len(todo) - bar.n - 1) * (time.perf_counter() - t0) / (bar.n + 1)
-        bar.set_postfix_str(f"{rate:.0f} answer tok/s, ETA {left / 60:.0f} min")
-        log(f"shard {which}/{i:05d}: {new} answer tokens, {rate:.1f} tok/s so far")
-    return written
+        write_shard(shard_path(target, which, i), ids[sl], masks[sl], meta)
+        log(f"shard {which}/{i:05d}: {new} answer tokens")
 
 
 def status(target: str) -> dict:
@@ -469,11 +501,12 @@ def main(argv=None) -> None:
     g.add_argument("--max-new-tokens", type=int, default=256)
     g.add_argument("--batch", type=int, default=32)
     g.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
+    g.add_argument("--group", type=int, default=1, help="shards answered together (fuller batches)")
     s = sub.add_parser("status", help="shards, conversations and answer tokens per split")
     s.add_argument("target")
     a = ap.parse_args(argv)
     if a.cmd == "generate":
-        generate(a.target, a.split, a.shards, a.max_new_tokens, a.batch, a.dtype)
+        generate(a.target, a.split, a.shards, a.max_new_tokens, a.batch, a.dtype, group=a.group)
     else:
         print(json.dumps(status(a.target), indent=1))
 
