@@ -22,9 +22,10 @@ trains without regenerating.
 
 `--group 8` answers eight shards' conversations together (batches of one task and length fill up to
 `--batch` rows; each shard is still written on its own, its settings naming the group). `--dtype
-bfloat16` writes text from the target's bfloat16 weights, 1.4x the float32 rate here: the heads and
-drafts learn from the float32 target's own teacher-forced pass over that text, so the dtype changes
-which answers are seen, not the labels (each shard records its dtype).
+bfloat16` writes text from the target's bfloat16 weights, 1.4x the float32 rate here. The heads and
+drafts take their labels from the target's teacher-forced pass over that text when they train, not
+from the written tokens, so the dtype changes which answers are seen, not the labels (each shard
+records its dtype; a near-tie may break the other way than in float32).
     python -m speclib draft_corpus status smollm2-135m-instruct
 """
 
