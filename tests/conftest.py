@@ -145,12 +145,26 @@ def smoke_run(tmp_path_factory):
     return run_once
 
 
-# `make test-fast` runs `-m "not slow"`: everything but the notebook smoke runs, the book and browser tests,
-# the Ray sweeps and the tests marked slow by hand (long statistical tests).
+# Three tiers. `make test-unit` (-m "not slow and not integration"): the unit tests, under a minute;
+# `make test-fast` (-m "not slow"): those and the integration tests (real models, foreign runtimes, the
+# server, the shorter statistical tests), about three minutes; `make test`: everything, the notebook smoke
+# runs, the book and browser, the Ray sweeps and the long statistical tests (SLOW_TESTS) included.
+# Seconds beside each entry: its call time in `make test` on 2 cores (two workers), which decides its tier.
 SLOW_MODULES = {"test_book.py", "test_sweep.py"}
+SLOW_TESTS: dict[str, float] = {}
+INTEGRATION_MODULES: set[str] = set()
+INTEGRATION_TESTS: dict[str, float] = {}
+
+
+def _name(item) -> str:
+    """`test_file.py::test_function` (parameters and classes dropped)."""
+    return f"{item.path.name}::{getattr(item, 'originalname', item.name).split('[')[0]}"
 
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        if item.path.name in SLOW_MODULES or "smoke_run" in getattr(item, "fixturenames", ()):
+        name = _name(item)
+        if item.path.name in SLOW_MODULES or "smoke_run" in getattr(item, "fixturenames", ()) or name in SLOW_TESTS:
             item.add_marker(pytest.mark.slow)
+        elif item.path.name in INTEGRATION_MODULES or name in INTEGRATION_TESTS:
+            item.add_marker(pytest.mark.integration)

@@ -89,7 +89,7 @@ from IPython.display import Markdown, display
 import speclib
 from speclib import HybridDrafter, ModelDrafter, Sampling
 from speclib.drafters.hybrid import PayoffPredictor, feature_matrix
-from speclib.research import bench, load, stats
+from speclib.research import bench, load, load_stats
 from speclib.serving.engine import calibrate
 from speclib.serving.server import serving_caches
 from speclib.workbook import results
@@ -302,8 +302,7 @@ sweep = study.step(
 def check_answers(req):
     """Mark every request whose text equals AR's (first pass) for the same rate, session and turn; show the
     count per method and say whether every answer matched and none failed."""
-    ar_text = req[(req.method == "AR") & (req.pass_ == 0)].set_index(["rate", "session", "turn"]).text
-    req["same_as_ar"] = [ar_text.get((r.rate, r.session, r.turn)) == r.text for r in req.itertuples()]
+    req["same_as_ar"] = load_stats.same_as_ar(req)
     failed = req[req.error.notna()]
     check = req.groupby("method").agg(
         requests=("text", "size"), failed=("error", "count"), same_as_ar=("same_as_ar", "sum")
@@ -338,57 +337,8 @@ check_answers(req)
 
 
 # %%
-def paired_tpot(ok, method, rate):
-    """TPOT against AR's on the same turns (each turn's TPOT the mean over the passes): per session the mean
-    of its requests' ratios, then the median over sessions with a 95% bootstrap interval over sessions (the
-    independent units)."""
-    a = ok[(ok.method == "AR") & (ok.rate == rate)].groupby(["session", "turn"]).tpot.mean()
-    m = ok[(ok.method == method) & (ok.rate == rate)].groupby(["session", "turn"]).tpot.mean()
-    r = (m / a).dropna().groupby(level="session").mean().to_numpy()
-    return stats.bootstrap_ci(r, seed=SEED) if len(r) > 1 else (float(r[0]), np.nan, np.nan)
-
-
-def summarize(req, steps):
-    """Per method and rate: client-side latency percentiles, throughput, the server's batch sizes and
-    acceptance, and TPOT paired with AR's."""
-    ok = req[req.error.isna()]
-    summary = (
-        ok.groupby(["method", "rate"])
-        .agg(
-            requests=("tokens", "size"),
-            tokens=("tokens", "sum"),
-            ttft_p50=("ttft", "median"),
-            ttft_p99=("ttft", lambda x: np.percentile(x, 99)),
-            tpot_p50=("tpot", "median"),
-            tpot_p99=("tpot", lambda x: np.percentile(x.dropna(), 99)),
-            e2e_p50=("e2e", "median"),
-        )
-        .reset_index()
-    )
-    span = (
-        ok.assign(done=ok.arrival + ok.e2e)
-        .groupby(["method", "rate"])
-        .agg(first=("arrival", "min"), last=("done", "max"))
-    )
-    summary["throughput"] = summary.tokens.to_numpy() / (span["last"] - span["first"]).to_numpy()
-    st = steps.groupby(["method", "rate"]).agg(
-        steps=("batch", "size"),
-        mean_batch=("batch", "mean"),
-        drafted=("drafted", "sum"),
-        accepted=("accepted", "sum"),
-        mean_nodes=("nodes", "mean"),
-    )
-    summary = summary.merge(st.reset_index(), on=["method", "rate"])
-    summary["acceptance"] = summary.accepted / summary.drafted.replace(0, np.nan)
-    ar = summary[summary.method == "AR"].set_index("rate")
-    ratios = [paired_tpot(ok, r.method, r.rate) for r in summary.itertuples()]
-    summary["tpot_vs_ar"], summary["tpot_lo"], summary["tpot_hi"] = np.array(ratios).T
-    summary["ttft_vs_ar"] = summary.ttft_p50 / summary.rate.map(ar.ttft_p50)
-    return summary
-
-
 ok = req[req.error.isna()]
-summary = summarize(req, steps)
+summary = load_stats.summarize(req, steps, SEED)
 ar = summary[summary.method == "AR"].set_index("rate")
 results.save(summary.assign(**meta), f"{NB}/summary")
 display(
@@ -452,13 +402,7 @@ adaptive = [m for m in spec if "adaptive" in m]
 crossings = {m: next((r for r in RATES if at.tpot_lo[(m, r)] > 1), None) for m in spec if "adaptive" not in m}
 lines, noise = [], 0.0
 if PASSES == 2:  # AR's second pass (the sweep's last run) against its first (the first run)
-
-    def ar_drift(rate):
-        a = ok[(ok.method == "AR") & (ok.rate == rate)].set_index(["pass_", "session", "turn"]).tpot
-        r = (a.loc[1] / a.loc[0]).dropna().groupby(level="session").mean().to_numpy()
-        return stats.bootstrap_ci(r, seed=SEED)
-
-    drift = {r: ar_drift(r) for r in RATES}
+    drift = {r: load_stats.ar_drift(ok, r, SEED) for r in RATES}
     results.save(
         pd.DataFrame([dict(rate=r, tpot_ratio=d[0], lo=d[1], hi=d[2]) for r, d in drift.items()]).assign(**meta),
         f"{NB}/drift",
@@ -608,7 +552,7 @@ if CHAT_TARGET:
     )
     creq = chat["chat_requests"]
     check_answers(creq)
-    chat_summary = summarize(creq, chat["chat_steps"])
+    chat_summary = load_stats.summarize(creq, chat["chat_steps"], SEED)
     results.save(chat_summary.assign(**meta | dict(target=CHAT_TARGET)), f"{NB}/chat_summary")
     display(
         chat_summary[

@@ -93,7 +93,10 @@ def train_draft(
     eval_every: int = 100,
     corpus: str = "chat_data",
     answer_tokens: int | None = None,
+    snapshots=(),
 ) -> Path:
+    """Distil (or resume) the draft and export it to `out` (default data/checkpoints/<family>-draft);
+    snapshots: token counts after which it is also exported to build/train/<out name>/tokens-<N>/."""
     from transformers import AutoModelForCausalLM
 
     from speclib.drafters import frequent_tokens
@@ -125,6 +128,8 @@ def train_draft(
     state_dir.mkdir(parents=True, exist_ok=True)
     checkpoint = training.Checkpoint(state_dir / "state.pt", {"draft": draft, "opt": opt, "gen": gen})
     st = checkpoint.restore() or {"step": 0, "tokens": 0, "seconds": 0.0, "evals": []}
+    knobs = dict(vocab=vocab, batch=batch, seq=seq, lr=lr, target_layers=teacher.config.num_hidden_layers)
+    knobs |= dict(answer_tokens=len(train_s), prompt_tokens=len(extra), corpus=corpus)
     starts = np.linspace(0, len(held_s) - seq - 2, 16).astype(int)
     held_x = torch.stack([torch.from_numpy(held_s[s : s + seq + 1].astype(np.int64)) for s in starts])
 
@@ -142,7 +147,9 @@ def train_draft(
 
     def step_loss():
         n_mix = int(round(mix * batch))
-        x = torch.cat([training.batch(train_s, batch - n_mix, seq, gen), training.batch(extra, n_mix, seq, gen)])
+        x = training.batch(train_s, batch - n_mix, seq, gen)
+        if n_mix:
+            x = torch.cat([x, training.batch(extra, n_mix, seq, gen)])
         with torch.no_grad():
             t = row_logits(teacher, x[:, :-1], rows)
         d = row_logits(draft, x[:, :-1], rows)
@@ -154,6 +161,10 @@ def train_draft(
         if st["step"] % eval_every == 0:
             st["evals"].append(evaluate())
             print(f"held-out: {st['evals'][-1]}", flush=True)
+        for n in training.snapshots_due(st, snapshots):
+            if st["evals"][-1]["step"] != st["step"]:
+                st["evals"].append(evaluate())
+            export(draft, folder, state_dir / f"tokens-{n}", target_name, kept, counts, st, knobs)
 
     if not st["evals"]:
         st["evals"].append(evaluate())  # step 0: the cut model before training
@@ -174,25 +185,7 @@ def train_draft(
     if st["evals"][-1]["step"] != st["step"]:
         st["evals"].append(evaluate())
         checkpoint.save(st)
-    export(
-        draft,
-        folder,
-        out,
-        target_name,
-        kept,
-        counts,
-        st,
-        dict(
-            vocab=vocab,
-            batch=batch,
-            seq=seq,
-            lr=lr,
-            target_layers=teacher.config.num_hidden_layers,
-            answer_tokens=len(train_s),
-            prompt_tokens=len(extra),
-            corpus=corpus,
-        ),
-    )
+    export(draft, folder, out, target_name, kept, counts, st, knobs)
     return out
 
 

@@ -132,13 +132,16 @@ def fit(
     extra: np.ndarray | None = None,
     mix: float = 0.0,
     rows: torch.Tensor | None = None,
+    snapshots=(),
     log=print,
 ) -> dict:
     """Train `head` on `target`'s features over token streams; resumable (state_dir/state.pt, written at
     least every training.SAVE_EVERY_S seconds and at the end, resumed when present). Stops after `steps`
     steps in all or `minutes` in this call. rows: train over these token ids only (FR-Spec's drafting
     vocabulary: the target's distribution renormalized over them; the output layer's cost in training
-    shrinks by V / len(rows)). Returns the run's record (steps, tokens, seconds, held-out)."""
+    shrinks by V / len(rows)). snapshots: token counts after which the head is also saved to
+    state_dir/tokens-<N>/ (a learning curve's points). Returns the run's record (steps, tokens, seconds,
+    held-out)."""
     parts = target.frozen_parts()
     for m in parts:
         m.requires_grad_(False)
@@ -190,6 +193,11 @@ def fit(
         if st["step"] % eval_every == 0:
             st["evals"].append(evaluate())
             log(f"held-out: {st['evals'][-1]}")
+        for n in training.snapshots_due(st, snapshots):
+            if not st["evals"] or st["evals"][-1]["step"] != st["step"]:
+                st["evals"].append(evaluate())
+            save_head(head, state_dir / f"tokens-{n}")
+            log(f"snapshot after {n} tokens: {state_dir / f'tokens-{n}'}")
 
     head.train()
     training.run_training(
@@ -227,6 +235,7 @@ def train_head(
     vocab: int | None = None,
     corpus: str = "chat_data",
     answer_tokens: int | None = None,
+    snapshots=(),
 ) -> Path:
     """Train (or resume) the head of a shipped target on the target's own training split (the preset's
     streams in `speclib.research.training`, its workload mix included) and write data/checkpoints/<target>-head/
@@ -284,10 +293,12 @@ def train_head(
         extra=extra,
         mix=mix,
         rows=rows,
+        snapshots=snapshots,
         log=lambda m: print(m, flush=True),
     )
     save_head(head, out)
-    np.save(out / COUNTS, counts)
+    for folder in [out] + [training.STATE / out.name / f"tokens-{n}" for n in st.get("snapshots", [])]:
+        np.save(folder / COUNTS, counts)
     knobs = dict(unroll=unroll, batch=batch, seq=seq, lr=lr)
     if rows is not None:
         knobs["vocab"] = (

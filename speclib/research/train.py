@@ -305,6 +305,15 @@ def _corpus_args(p):
         "licensed chat prompts (draft_corpus)",
     )
     p.add_argument("--answer-tokens", type=int, default=None, help="draft_corpus: its first N answer tokens only")
+    p.add_argument(
+        "--snapshots",
+        default="",
+        help="comma-separated token counts after which the weights are also saved to build/train/<out>/tokens-<N>/",
+    )
+
+
+def _counts(text: str) -> tuple[int, ...]:
+    return tuple(int(float(x)) for x in text.split(",") if x.strip())
 
 
 def main(argv=None):
@@ -375,6 +384,7 @@ def main(argv=None):
                 lr=a.lr,
                 corpus=a.corpus,
                 answer_tokens=a.answer_tokens,
+                snapshots=_counts(a.snapshots),
             )
         )
     elif a.cmd == "head":
@@ -392,6 +402,7 @@ def main(argv=None):
                 vocab=a.vocab,
                 corpus=a.corpus,
                 answer_tokens=a.answer_tokens,
+                snapshots=_counts(a.snapshots),
             )
         )
     else:

@@ -182,6 +182,16 @@ def batch(stream: np.ndarray, bsz: int, seq: int, gen: torch.Generator) -> torch
     return torch.stack([torch.from_numpy(stream[s : s + seq + 1].astype(np.int64)) for s in starts.tolist()])
 
 
+def snapshots_due(st: dict, at) -> list[int]:
+    """The token counts of `at` that st["tokens"] has reached and st["snapshots"] does not hold yet; they
+    are recorded there as taken. A learning curve's points from one run: the weights as they were after
+    N training tokens (within a first epoch, each token seen about once, N is also the data seen)."""
+    taken = st.setdefault("snapshots", [])
+    due = [n for n in sorted(at) if st["tokens"] >= n and n not in taken]
+    taken.extend(due)
+    return due
+
+
 # --- the loop ----------------------------------------------------------------------------------------
 def lr_at(step: int, total: int, peak: float, warmup: int = 100) -> float:
     """Linear warmup to `peak` over `warmup` steps, then cosine decay to 0.1 x peak at step `total`."""

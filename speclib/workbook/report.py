@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from speclib.core.device import REPO
+from speclib.research import load_stats
 from speclib.workbook import results
 from speclib.workbook.verdicts import ci
 
@@ -187,8 +188,7 @@ def _rows_08() -> list[tuple[str, str, str]]:
         )
     )
     req = results.load("08_serving/requests")
-    ar = req[(req.method == "AR") & (req.pass_ == 0)].set_index(["rate", "session", "turn"]).text
-    same = sum(ar.get((r.rate, r.session, r.turn)) == r.text for r in req.itertuples())
+    same = int(load_stats.same_as_ar(req).sum())
     rows.append(
         (
             "answers under load equal to AR's (greedy), failed requests",
