@@ -48,10 +48,10 @@ def interval(values, seed: int = 0, n: int = 2000) -> tuple[float, float]:
     return float(np.quantile(means, 0.025)), float(np.quantile(means, 0.975))
 
 
-def curve(target, drafters: dict, prompts: list[list[int]], max_new_tokens: int = 96) -> pd.DataFrame:
+def curve(target, drafters: dict, prompts: list[list[int]], max_new_tokens: int = 96, log=None) -> pd.DataFrame:
     """One row per drafter: tokens per target pass (mean over prompts and its interval) and whether
     every output equals greedy AR's. drafters: name -> (before_run, drafter); before_run() readies the
-    target for it (a head's feature recording)."""
+    target for it (a head's feature recording). log: called with each drafter's row as it finishes."""
     from speclib.core.generate import generate
     from speclib.core.sampling import Sampling
 
@@ -73,6 +73,8 @@ def curve(target, drafters: dict, prompts: list[list[int]], max_new_tokens: int 
                 identical=all(g.tokens == a for g, a in zip(gens, ar)),
             )
         )
+        if log is not None:
+            log(rows[-1])
     target.record_features(None)
     return pd.DataFrame(rows)
 
@@ -106,7 +108,7 @@ def main(argv=None) -> None:
             draft = load(str(folder), device="cpu")
             lm = draft.view().restrict_vocab(vocab) if vocab is not None else draft
             drafters[name] = (lambda: target.record_features(None), ModelDrafter(lm, a.k))
-    table = curve(target, drafters, prompts, a.max_new_tokens)
+    table = curve(target, drafters, prompts, a.max_new_tokens, log=lambda row: print(row, flush=True))
     table.insert(1, "tokens_seen", [tokens_seen(Path(n)) for n in table.drafter])
     print(table.round(3).to_string(index=False))
 
