@@ -151,9 +151,63 @@ def smoke_run(tmp_path_factory):
 # runs, the book and browser, the Ray sweeps and the long statistical tests (SLOW_TESTS) included.
 # Seconds beside each entry: its call time in `make test` on 2 cores (two workers), which decides its tier.
 SLOW_MODULES = {"test_book.py", "test_sweep.py"}
-SLOW_TESTS: dict[str, float] = {}
+SLOW_TESTS: dict[str, float] = {
+    "test_notebook_06.py::test_06_self_speculation_smoke": 91,
+    "test_tree_drafters.py::test_chi_square_ar_vs_tree_sd": 68,
+    "test_feature_drafter.py::test_chi_square_ar_vs_feature_sd": 61,
+    "test_generate.py::test_chi_square_ar_vs_sd": 51,
+    "test_feature_drafter.py::test_truncated_vocab_stays_lossless": 43,
+    "test_cache_drafters.py::test_chi_square_with_cache_drafts": 32,
+    "test_overlap.py::test_chi_square_against_ar_at_temperature_1": 30,
+    "test_backends.py::test_logits_match_torch_fp32": 27,
+    "test_hybrid_decoding.py::test_chi_square_ar_vs_tree_sd_on_hybrid": 22,
+    "test_support_matrix.py::test_family": 17,
+    "test_serving.py::test_engine_output_equals_offline_generate": 15,
+    "test_overlap.py::test_greedy_output_equals_ar": 14,
+    "test_rest.py::test_chi_square_at_temperature_one": 14,
+    "test_cache_drafters.py::test_chi_square_hvd_over_every_source": 13,
+}
 INTEGRATION_MODULES: set[str] = set()
-INTEGRATION_TESTS: dict[str, float] = {}
+INTEGRATION_TESTS: dict[str, float] = {
+    "test_backends.py::test_onnx_random_trees_grouped_heads": 11,
+    "test_self_speculation.py::test_permutation_chi_square_ar_vs_subset_sd": 11,
+    "test_overlap.py::test_ctrl_c_leaves_no_draft_process": 10,
+    "test_lookahead.py::test_chi_square_at_temperature_one": 10,
+    "test_pretrained.py::test_speculative_output_on_smollm2_equals_ar_on_spec_bench_turns": 10,
+    "test_recycling.py::test_chi_square_at_temperature_one": 10,
+    "test_pretrained.py::test_gemma3_loads_through_hflm_with_gemmas_turn_format": 8,
+    "test_overlap.py::test_the_draft_process_stops": 8,
+    "test_sampled.py::test_runs_on_two_processes_equal_the_runs_in_this_one": 8,
+    "test_feature_drafter.py::test_greedy_sd_equals_ar": 8,
+    "test_serving.py::test_engine_serves_hvd_with_a_fitted_predictor": 7,
+    "test_recycling.py::test_template_holds_the_most_valuable_paths": 7,
+    "test_branch_skip.py::test_permutation_chi_square_ar_vs_linear_subgraph_sd": 7,
+    "test_packaging.py::test_a_wheel_installed_into_a_fresh_venv_runs_its_commands": 6,
+    "test_self_speculation.py::test_greedy_sd_equals_ar": 6,
+    "test_chat_data.py::test_instructions_are_deterministic_varied_and_split_by_file": 5,
+    "test_serving.py::test_concurrent_streams_token_for_token": 5,
+    "test_tree_gdn.py::test_matches_naive_fp32": 5,
+    "test_overlap.py::test_a_crashed_draft_thread_and_an_interrupted_decoder": 5,
+    "test_tree_drafters.py::test_tree_yields_more_tokens_per_call_than_chain": 5,
+    "test_overlap.py::test_timeline": 5,
+    "test_serving.py::test_engine_primes_a_drafter_only_when_it_drafts": 5,
+    "test_generate.py::test_greedy_identity_shipped_models": 4,
+    "test_cli.py::test_unknown_or_missing_command_lists_the_commands": 4,
+    "test_acceptance.py::test_tree_two_siblings_is_lossless": 4,
+    "test_hybrid_decoding.py::test_greedy_sd_equals_ar": 3,
+    "test_generate.py::test_greedy_sd_equals_ar_tiny": 3,
+    "test_draft_corpus.py::test_order_is_a_deterministic_permutation_that_weighs_hh_rlhf_down": 3,
+    "test_tree_drafters.py::test_greedy_tree_sd_equals_ar": 3,
+    "test_feature_drafter.py::test_head_drafts_as_it_was_trained": 3,
+    "test_serving.py::test_openai_client_completions_and_chat": 3,
+    "test_cache_drafters.py::test_every_source_greedy_identity_and_verify_passes_reach_token_recycling": 3,
+    "test_draft_corpus.py::test_heldout_split_is_about_two_percent_and_shares_no_text_with_training": 2,
+    "test_cache_drafters.py::test_greedy_identity_every_policy": 2,
+    "test_report.py::test_readme_blocks_are_what_report_generates_from_the_committed_results": 2,
+    "test_pretrained.py::test_smollm2_answers_a_chat_question_and_its_lean_forward_matches_transformers": 2,
+    "test_readme.py::test_the_readme_example_runs_as_printed": 2,
+    "test_draft_corpus.py::test_committed_shards_are_a_prefix_of_the_generation_order": 2,
+}
 
 
 def _name(item) -> str:
