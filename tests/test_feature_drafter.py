@@ -320,6 +320,31 @@ def test_training_reduces_loss_and_resumes(tmp_path):
     assert any("resumed at step 80" in m for m in logs) and st2["step"] == 90 and st2["tokens"] == 90 * 4 * 32
 
 
+def test_a_new_machine_continues_from_the_committed_weights(tmp_path):
+    """Without build/'s training state, training picks up the committed head and its progress record,
+    and keeps the snapshots that run took; with state present, or another target's head, it does not."""
+    import json
+
+    from speclib.lms.head import load_head, save_head
+    from speclib.research.heads import committed_progress
+
+    target = llama_target("fast", seed=3)
+    out = save_head(new_head(target, "tiny", seed=1), tmp_path / "out")
+    (out / "training.json").write_text(json.dumps({"step": 7, "tokens": 7 * 128}))
+    head = new_head(target, "tiny", seed=2)
+    start = committed_progress(head, out, tmp_path / "state")
+    assert start["step"] == 7
+    for (name, a), (_, b) in zip(head.state_dict().items(), load_head(out).state_dict().items()):
+        assert torch.equal(a, b), name
+    stream = np.random.default_rng(1).integers(0, 64, 4000).astype(np.int16)
+    kw = dict(batch=4, seq=32, autocast=False, eval_every=100, n_eval=2, log=lambda m: None)
+    st = fit(target, head, stream, stream[:500], tmp_path / "state", steps=9, snapshots=(500, 1000), start=start, **kw)
+    assert st["step"] == 9 and st["tokens"] == 9 * 128 and st["snapshots"] == [500, 1000]
+    assert (tmp_path / "state" / "tokens-1000").exists() and not (tmp_path / "state" / "tokens-500").exists()
+    assert committed_progress(new_head(target, "tiny"), out, tmp_path / "state") is None  # state.pt now there
+    assert committed_progress(new_head(target, "other"), out, tmp_path / "elsewhere") is None
+
+
 def test_frozen_parts_finds_each_architectures_final_norm():
     """The final norm under the names transformers uses (Llama `norm`, GPT-2 `ln_f`), and a clear error
     for a model that has none of them."""

@@ -58,3 +58,28 @@ def test_same_as_ar_compares_against_the_first_ar_pass():
         )
     )
     assert load_stats.same_as_ar(req).tolist() == [True, False, True, False]
+
+
+def test_load_sweep_text_reads_the_committed_sweep():
+    """`verdicts.load_sweep_text` on notebook 08's committed rows: the best method at the lowest rate is the
+    summary's minimum there, its ratio printed with its interval, and AR's drift named first."""
+    from speclib.workbook import verdicts
+
+    try:
+        req, steps = results.load("08_serving/requests"), results.load("08_serving/steps")
+        drift = results.load("08_serving/drift")
+    except results.MissingResult:
+        pytest.skip("notebook 08's results are not committed")
+    summary = load_stats.summarize(req, steps, seed=0)
+    rates = sorted(summary.rate.unique())
+    methods = list(summary.method.unique())
+    table = pd.DataFrame({1: [1.0, 1.3], 8: [1.0, 2.0]}, index=[0, 4])  # verify price (nodes x batch)
+    text = verdicts.load_sweep_text(
+        summary, steps, methods, rates, 4, table, 8, {r.rate: (r.tpot_ratio, r.lo, r.hi) for r in drift.itertuples()}
+    )
+    low = summary[(summary.rate == rates[0]) & (summary.method != "AR")].sort_values("tpot_vs_ar").iloc[0]
+    assert (
+        text.startswith("AR's second pass")
+        and f"the best TPOT is **{low.method}**'s, {low.tpot_vs_ar:.2f} (95% CI" in text
+    )
+    assert "prices 4 draft tokens per request at 2.00 plain steps at batch 8 against 1.30 alone" in text

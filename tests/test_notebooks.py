@@ -12,7 +12,7 @@ import pytest
 from conftest import needs_shipped
 
 from speclib.core.device import REPO
-from speclib.research import bench
+from speclib.research import bench, learning_curve
 
 
 def ci_contains(est, lo, hi) -> bool:
@@ -410,6 +410,11 @@ def test_07_spec_bench_smoke(smoke_run):
         oc.ceiling["prompt lookup"], bench.speedup(bench.ceiling_runs(bench_runs), "prompt lookup")["speedup"]
     )
     assert (out / "figures" / "07_spec_bench_ceiling.png").stat().st_size > 10_000
+    # section 10's learning curve: each head and draft paired with AR on held-out corpus prompts, lossless
+    for kind, n in (("head", 2), ("draft", 1)):
+        curve = learning_curve.summarize(pd.read_parquet(res / f"{kind}_curve.parquet"))
+        assert len(curve) == n and curve.identical.all() and (curve.tokens_seen > 0).all()
+    assert (out / "figures" / "07_spec_bench_learning_curve.png").stat().st_size > 10_000
     # section 8: every runtime timed and run; torch float32 prompt lookup is lossless against its own AR
     rt = pd.read_parquet(res / "runtime_table.parquet").set_index("runtime")
     assert set(rt.index) == {"torch", "llamacpp-gguf"} and (rt.T1_ms > 0).all() and (rt.tokens_per_step >= 1).all()

@@ -195,6 +195,14 @@ def test_a_cut_draft_ships_without_the_targets_embedding_and_loads_with_it(smol,
     assert torch.equal(loaded.model.model.layers[0].self_attn.q_proj.weight, want)
     ids = smol.encode("Hello there")
     assert loaded.reset(ids).shape == (49152,)
+    # a new machine (no build/ state) continues from the export, only when cut and distilled the same way
+    fresh, _ = chat_draft.new_draft(smol.model, 2)
+    st = chat_draft.committed_progress(fresh, tmp_path / "d", kept, "chat_data", snapshots=(0, 100))
+    assert (
+        st["step"] == 0 and st["snapshots"] == [0] and torch.equal(fresh.model.layers[0].self_attn.q_proj.weight, want)
+    )
+    assert chat_draft.committed_progress(fresh, tmp_path / "d", kept, "draft_corpus") is None
+    assert chat_draft.committed_progress(fresh, tmp_path / "d", [0, 10, 29], "chat_data") is None
 
 
 @needs_smol

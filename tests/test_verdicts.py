@@ -30,3 +30,41 @@ def test_interval_rounds_outward_and_accepts_rows():
     assert verdicts.interval(Row()) == "1.50x (95% CI 0.99–1.35)"
     assert verdicts.interval(dict(speedup=2.0, lo=math.nan, hi=math.nan)) == "2.00x (one prompt: no interval)"
     assert verdicts.ci(1.0, 1.2) == "1.00–1.20" and verdicts.ci(math.nan, 1.0) == "n/a"
+
+
+def test_token_counts_read_as_words():
+    assert [verdicts.tokens(n) for n in (950, 2.5e6, 3.4e8, 1.23e9, float("inf"))] == [
+        "950",
+        "2.5M",
+        "340M",
+        "1.2B",
+        "never",
+    ]
+
+
+def test_learning_curve_text_follows_the_fit():
+    """A rising line gives the data a goal takes (and how many times the data seen); a flat one says it
+    cannot; a lossy run is called out."""
+    import pandas as pd
+
+    row = dict(
+        tokens_seen=1e6,
+        tokens_per_pass=1.5,
+        lo=1.4,
+        hi=1.6,
+        speedup=0.9,
+        speedup_lo=0.8,
+        speedup_hi=1.0,
+        identical=True,
+    )
+    curves = {"head": pd.DataFrame([row | dict(tokens_seen=1e5, identical=True), row])}
+    curves["draft"] = pd.DataFrame([row | dict(identical=False)])
+    rising = dict(a=-1.5, b=0.5, b_lo=0.3, b_hi=0.7, tokens_for_3=1e9, tokens_for_3_lo=1e8, tokens_for_3_hi=1e11)
+    flat = dict(a=0.9, b=0.01, b_lo=-0.1, b_hi=0.1, **{"tokens_for_1.8": float("inf")})
+    fits = {("head", "tokens_per_pass"): rising, ("head", "speedup"): flat, ("draft", "speedup"): flat}
+    text = verdicts.learning_curve_text(curves, fits)
+    head, draft = text.split("\n")
+    assert "after 1M training tokens: 1.50 tokens per target pass (95% CI 1.40–1.60)" in head
+    assert "reaches 3 tokens per pass at about 1B tokens (95% CI 100M–100B), 1000 times the data seen" in head
+    assert "Speedup: +0.01x per tenfold data (95% CI -0.10 to +0.10), not a clear gain" in head
+    assert "every output equals AR's" in head and "SOME OUTPUTS DIFFER" in draft

@@ -101,6 +101,16 @@ LOOKAHEAD_GRID = [
     [2, 3, 2],
     [3, 3, 3],
 ]  # Lookahead (window, n-gram, guesses) tried on the pilot turns
+CURVE_RUN = "build/train/smollm2-135m-instruct-corpus-head"  # section 10: the head's training snapshots
+CURVE_HEADS = [f"{CURVE_RUN}/tokens-{n}" for n in (100000, 300000, 1000000, 2000000, 2500000)] + [
+    "data/checkpoints/smollm2-135m-instruct-corpus-head"
+]  # snapshots of one training run on the target's own answers (python -m speclib train head ... --snapshots)
+CURVE_DRAFTS = [f"build/train/smollm2-corpus-draft/tokens-{n}" for n in (100000, 300000, 1000000)] + [
+    "data/checkpoints/smollm2-corpus-draft"
+]  # the same for the distilled draft ([] skips it)
+CURVE_PER_TASK = 3  # held-out corpus prompts per task for section 10 (never trained on, none from Spec-Bench)
+CURVE_MAX_NEW_TOKENS = 64
+CURVE_K = 3  # draft length of every snapshot in section 10
 FR_VOCAB = 8192  # FR-Spec: the head drafts from the FR_VOCAB most frequent tokens (None: full vocabulary only)
 LATENCY_REPEATS = 15
 RUNTIMES = [
@@ -139,7 +149,7 @@ from speclib.drafters.recycling import expected_accepted, recycling_template
 from speclib.lms import backends, pretrained
 from speclib.lms.head import token_counts
 from speclib.lms.loading import describe
-from speclib.research import bench, chat_data, datastore, peers, sampled, spec_bench, stats
+from speclib.research import bench, chat_data, datastore, learning_curve, peers, sampled, spec_bench, stats
 from speclib.research import hvd as hvd_plumbing
 from speclib.research.layer_search import train_exit
 from speclib.workbook import results, verdicts
@@ -155,6 +165,8 @@ if SMOKE:
     REST_SOURCE, REST_ANSWERS, REST_NODES = "prompts", 100, [4]
     LOOKAHEAD_GRID = [[1, 3, 1]]
     LONG_MAX_NEW_TOKENS, LONG_TASKS = 24, ["qa"]
+    CURVE_HEADS = ["data/checkpoints/smollm2-135m-instruct-head", "data/checkpoints/smollm2-135m-instruct-corpus-head"]
+    CURVE_DRAFTS, CURVE_PER_TASK, CURVE_MAX_NEW_TOKENS = ["data/checkpoints/smollm2-draft"], 1, 12
 NB = "07_spec_bench"
 GREEDY, T1 = Sampling(0.0), Sampling(1.0)
 style()
@@ -1834,6 +1846,66 @@ lines.append(
     )
 )
 display(Markdown("\n".join(lines)))
+
+# %% [markdown]
+# ## 10 · How much data a learned draft needs
+# Section 4's head and draft learned from 0.09M tokens of SmolLM2's answers to instructions made from
+# Python docstrings. EAGLE's heads saw about 400 times more, of the kind of text they are asked to draft.
+# Here the same head and draft train on SmolLM2's own answers to licensed chat prompts of Spec-Bench's six
+# kinds (`speclib.research.draft_corpus`), and snapshots taken during one training run are decoded on
+# held-out prompts of that corpus (never trained on, none a Spec-Bench question), each paired with AR on
+# the same prompts: tokens per target pass and speedup against the training tokens seen. A line in
+# log-tokens, fitted with prompts resampled jointly across snapshots, says what a tenfold increase of data
+# buys and, extrapolated, how much data a given result would take. The snapshots come from one run with
+# one learning-rate schedule, so the early points were not annealed: the curve is a lower bound on what
+# a run stopped at that size would reach.
+
+
+# %%
+def curve_runs():
+    prompts = learning_curve.heldout_chat(target, CURVE_PER_TASK, SEED)
+    kinds = {"head": CURVE_HEADS, "draft": CURVE_DRAFTS}
+    return {
+        f"{kind}_curve": learning_curve.snapshot_runs(
+            target, kind, [REPO / f for f in folders], prompts, CURVE_K, FR_VOCAB, CURVE_MAX_NEW_TOKENS
+        )
+        for kind, folders in kinds.items()
+        if folders
+    }
+
+
+curve_saved = study.step(
+    "learning_curve",
+    curve_runs,
+    uses=["TARGET", "SEED", "FR_VOCAB", "THREADS"]
+    + [f"CURVE_{p}" for p in ("HEADS", "DRAFTS", "PER_TASK", "MAX_NEW_TOKENS", "K")],
+)
+curves = {k.removesuffix("_curve"): learning_curve.summarize(r) for k, r in curve_saved.items()}
+fits = {(k, c): learning_curve.fit(t, column=c) for k, t in curves.items() for c in ("tokens_per_pass", "speedup")}
+display(pd.concat(curves, names=["kind"]).drop(columns=["tokens_per_pass_per_prompt", "speedup_per_prompt"]).round(3))
+
+# %%
+fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+for ax, column, goals in zip(axes, ("tokens_per_pass", "speedup"), ({"head": 3.0}, {"head": 1.8, "draft": 1.3})):
+    for kind, t in curves.items():
+        t = t[t.tokens_seen > 0].sort_values("tokens_seen")
+        lo, hi = ("lo", "hi") if column == "tokens_per_pass" else ("speedup_lo", "speedup_hi")
+        err = [t[column] - t[lo], t[hi] - t[column]]
+        line = ax.errorbar(t.tokens_seen, t[column], yerr=err, fmt="o", capsize=3, label=kind)
+        f, xs = fits[(kind, column)], np.geomspace(t.tokens_seen.min(), t.tokens_seen.max() * 30, 50)
+        ax.plot(xs, f["a"] + f["b"] * np.log10(xs), "--", color=line[0].get_color(), lw=1)
+        if kind in goals:
+            ax.axhline(goals[kind], color=line[0].get_color(), lw=0.8, ls=":")
+    ax.set_xscale("log")
+    ax.set(xlabel="training tokens seen", ylabel=column.replace("_", " "))
+axes[1].axhline(1, color="k", lw=0.8)
+axes[0].legend()
+fig.suptitle("Snapshots on held-out corpus prompts (dashed: the log-linear fit; dotted: the goals)")
+savefig(fig, f"{NB}_learning_curve")
+plt.show()
+
+# %%
+display(Markdown(verdicts.learning_curve_text(curves, fits)))
 
 # %%
 display(study.summary())

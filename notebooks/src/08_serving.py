@@ -82,7 +82,6 @@ import tempfile
 from pathlib import Path
 
 import matplotlib.pyplot as plt
-import numpy as np
 import pandas as pd
 from IPython.display import Markdown, display
 
@@ -92,7 +91,7 @@ from speclib.drafters.hybrid import PayoffPredictor, feature_matrix
 from speclib.research import bench, load, load_stats
 from speclib.serving.engine import calibrate
 from speclib.serving.server import serving_caches
-from speclib.workbook import results
+from speclib.workbook import results, verdicts
 from speclib.workbook.plotting import savefig, style
 from speclib.workbook.study import Study
 
@@ -382,129 +381,13 @@ plt.show()
 # ### Where speculation stops paying
 
 # %%
-low, high = min(RATES), max(RATES)
-spec = [m for m in METHODS if m != "AR"]
-at = summary.set_index(["method", "rate"])
-
-
-def ratio(m, r):
-    x = at.loc[(m, r)]
-    return f"{x.tpot_vs_ar:.2f} (95% CI {x.tpot_lo:.2f}–{x.tpot_hi:.2f})"
-
-
-st_primed = steps.groupby(["method", "rate"]).primed.sum() / PASSES  # per pass
-per_step = steps.groupby(["method", "rate"]).agg(
-    draft_ms=("draft_s", lambda x: 1e3 * x.mean()), verify_ms=("verify_s", lambda x: 1e3 * x.mean())
-)
-best_low = min(spec, key=lambda m: at.tpot_vs_ar[(m, low)])
-bl = at.loc[(best_low, low)]
-adaptive = [m for m in spec if "adaptive" in m]
-crossings = {m: next((r for r in RATES if at.tpot_lo[(m, r)] > 1), None) for m in spec if "adaptive" not in m}
-lines, noise = [], 0.0
+low, at = min(RATES), summary.set_index(["method", "rate"])  # section 5 reads them too
+drift = None
 if PASSES == 2:  # AR's second pass (the sweep's last run) against its first (the first run)
     drift = {r: load_stats.ar_drift(ok, r, SEED) for r in RATES}
-    results.save(
-        pd.DataFrame([dict(rate=r, tpot_ratio=d[0], lo=d[1], hi=d[2]) for r, d in drift.items()]).assign(**meta),
-        f"{NB}/drift",
-    )
-    noise = max(abs(d[0] - 1) for d in drift.values())
-    lines.append(
-        "AR's second pass, the sweep's last run, against its first, the first run: TPOT "
-        + ", ".join(f"{d[0]:.2f} (95% CI {d[1]:.2f}–{d[2]:.2f}) at {r}/s" for r, d in drift.items())
-        + f" times the first. The machine moved by up to {noise:.0%} over the run; every comparison below pools "
-        "both passes (ABBA), which cancels a drift linear in time but not faster fluctuations."
-    )
-lines.append(
-    f"At the lowest rate ({low}/s, mean batch {bl.mean_batch:.2f}) the best TPOT is **{best_low}**'s, "
-    f"{ratio(best_low, low)} times AR's (acceptance {bl.acceptance:.2f}); the goal was at most 0.7: "
-    + (
-        "met, its whole interval below it."
-        if bl.tpot_hi <= 0.7
-        else "met by the estimate, though its interval reaches above it."
-        if bl.tpot_vs_ar <= 0.7
-        else f"missed by {bl.tpot_vs_ar - 0.7:.2f}."
-    )
-)
-
-
-def step_economy(method, rate):
-    """From the server's step log: tokens each request gains per step, seconds per request-step (drafting and
-    the verify pass), the share of drafting steps whose draft was wholly rejected and their mean seconds, and
-    the seconds per request-step had those steps been plain ones (AR's mean step: a hindsight bound)."""
-    g = steps[(steps.method == method) & (steps.rate == rate)]
-    ar_step = steps[(steps.method == "AR") & (steps.rate == rate)].verify_s.mean()
-    rejected = g[(g.drafted > 0) & (g.accepted == 0)]
-    busy = (g.draft_s + g.verify_s).sum()
-    return dict(
-        tokens=(g.accepted.sum() + g.batch.sum()) / g.batch.sum(),
-        seconds=busy / g.batch.sum(),
-        wasted=len(rejected) / max(1, (g.drafted > 0).sum()),
-        wasted_s=(rejected.draft_s + rejected.verify_s).mean() if len(rejected) else np.nan,
-        hindsight=(busy - (rejected.draft_s + rejected.verify_s).sum() + len(rejected) * ar_step) / g.batch.sum(),
-    )
-
-
-e_ar, e = step_economy("AR", low), step_economy(best_low, low)
-per_token_ar = e_ar["seconds"] / e_ar["tokens"]
-lines.append(
-    f"Why, from the server's own steps at {low}/s: {best_low} gains {e['tokens']:.2f} tokens per request-step at "
-    f"{e['seconds'] * 1e3:.1f} ms per request-step (AR: {e_ar['tokens']:.2f} at {e_ar['seconds'] * 1e3:.1f} ms), "
-    f"{e['seconds'] / e['tokens'] / per_token_ar:.2f} times AR's time per token inside the engine (the client's "
-    f"TPOT adds the HTTP stream). {e['wasted']:.0%} of its drafting steps had the whole draft rejected, at "
-    f"{e['wasted_s'] * 1e3:.1f} ms each against {e_ar['seconds'] * 1e3:.1f} for a plain step. At its price per step "
-    f"0.7 would need {e['seconds'] / (0.7 * per_token_ar):.2f} tokens per step; or, at its tokens, a drafter that "
-    f"knew in advance which drafts would be rejected whole and took plain steps instead would reach "
-    f"{e['hindsight'] / e['tokens'] / per_token_ar:.2f} times AR's (a hindsight bound, not a method)."
-)
-lines.append(
-    "Fixed budgets against AR as the load rises: "
-    + "; ".join(
-        f"{m} " + (f"slower than AR (interval above 1) from {r}/s" if r is not None else "never clearly slower than AR")
-        for m, r in crossings.items()
-    )
-    + f". At the highest rate ({high}/s) AR's mean batch is {at.mean_batch[('AR', high)]:.2f}; section 1 prices "
-    f"{K} draft tokens per request at {table.loc[K, b_max]:.2f} plain steps at batch {b_max} against "
-    f"{table.loc[K, 1]:.2f} alone. Drafting is not batched: each request drafts in turn, so a step's drafting "
-    "grows with the batch: "
-    + "; ".join(
-        f"{m} {per_step.draft_ms[(m, low)]:.1f} ms per step at {low}/s and {per_step.draft_ms[(m, high)]:.1f} ms at "
-        f"{high}/s, against a verify pass of {per_step.verify_ms[(m, low)]:.1f} and {per_step.verify_ms[(m, high)]:.1f} ms"
-        for m in spec
-        if "adaptive" not in m
-    )
-    + "."
-)
-if adaptive:
-    worst = max(((m, r) for m in adaptive for r in RATES), key=lambda mr: at.tpot_vs_ar[mr])
-    widest = max(((m, r) for m in adaptive for r in RATES), key=lambda mr: at.tpot_hi[mr])
-    lines.append(
-        f"The adaptive budgets' worst TPOT against AR is {ratio(*worst)} ({worst[0]} at {worst[1]}/s): the goal of "
-        "never more than 1.05 is "
-        + (
-            "met by every estimate"
-            + (
-                "."
-                if at.tpot_hi[widest] <= 1.05
-                else f", though the widest interval, {ratio(*widest)} ({widest[0]} at {widest[1]}/s), reaches above it."
-            )
-            if at.tpot_vs_ar[worst] <= 1.05
-            else f"missed by the estimate, but AR against itself moved by up to {noise:.0%} in this run, so the run "
-            "cannot resolve it."
-            if at.tpot_vs_ar[worst] - 1 <= noise
-            else "missed, by more than AR moved against itself."
-        )
-        + " Their mean draft budget per step: "
-        + "; ".join(f"{m} " + ", ".join(f"{at.mean_nodes[(m, r)]:.1f} at {r}/s" for r in RATES) for m in adaptive)
-        + " nodes (0: a plain batched step, where the measured acceptance does not pay for the drafts). A request's "
-        "draft model is prefilled only at the first step that drafts for it: "
-        + "; ".join(
-            f"{m} {int(st_primed[(m, r)])} prefills for {int(at.requests[(m, r)] / PASSES)} requests at {r}/s"
-            for m in adaptive
-            for r in (low, high)
-        )
-        + "."
-    )
-display(Markdown(" ".join(lines)))
+    rows = [dict(rate=r, tpot_ratio=d[0], lo=d[1], hi=d[2]) for r, d in drift.items()]
+    results.save(pd.DataFrame(rows).assign(**meta), f"{NB}/drift")
+display(Markdown(verdicts.load_sweep_text(summary, steps, METHODS, RATES, K, table, b_max, drift)))
 
 # %% [markdown]
 # ## 5 · A real chat model on MT-bench sessions
@@ -570,40 +453,8 @@ if CHAT_TARGET:
             ]
         ].round(3)
     )
-    cs = chat_summary.set_index(["method", "rate"])
-    words = [
-        f"On {CHAT_TARGET}, AR's median TPOT is "
-        + ", ".join(
-            f"{cs.tpot_p50[('AR', r)] * 1e3:.0f} ms at {r}/s (mean batch {cs.mean_batch[('AR', r)]:.2f})"
-            for r in CHAT_RATES
-        )
-        + "."
-    ]
-    for m in (m for m in CHAT_METHODS if m != "AR"):
-        below = [r for r in CHAT_RATES if cs.tpot_hi[(m, r)] < 1]
-        above = [r for r in CHAT_RATES if cs.tpot_lo[(m, r)] > 1]
-        words.append(
-            f"{m}'s TPOT over AR's, paired per turn: "
-            + "; ".join(
-                f"{cs.tpot_vs_ar[(m, r)]:.2f} (95% CI {cs.tpot_lo[(m, r)]:.2f}–{cs.tpot_hi[(m, r)]:.2f}, "
-                f"acceptance {cs.acceptance[(m, r)]:.2f}) at {r}/s"
-                for r in CHAT_RATES
-            )
-            + (
-                ": one session per rate, no interval."
-                if cs.tpot_lo[[(m, r) for r in CHAT_RATES]].isna().any()
-                else ": faster than AR at every rate (each interval below 1)."
-                if len(below) == len(CHAT_RATES)
-                else f": slower than AR at {', '.join(map(str, above))}/s (interval above 1)."
-                if above
-                else ": not clearly faster or slower than AR at "
-                + ", ".join(f"{r}/s" for r in CHAT_RATES if r not in below)
-                + " (interval across 1)."
-            )
-        )
-        if m in METHODS:
-            words.append(f"On the agent sessions above, at {low}/s, it was {at.tpot_vs_ar[(m, low)]:.2f}.")
-    display(Markdown(" ".join(words)))
+    agent = {m: {low: at.tpot_vs_ar[(m, low)]} for m in CHAT_METHODS if m in METHODS and m != "AR"}
+    display(Markdown(verdicts.chat_sweep_text(chat_summary, CHAT_METHODS, CHAT_RATES, CHAT_TARGET, agent)))
 
 # %% [markdown]
 # ### This run's steps

@@ -219,7 +219,7 @@ def paired_runs(
     return df
 
 
-def _ratios(runs: pd.DataFrame, method: str, reference: str) -> pd.DataFrame:
+def ratios(runs: pd.DataFrame, method: str, reference: str) -> pd.DataFrame:
     """[prompt x round] method tokens/s over reference tokens/s, run by run."""
     speed = runs.pivot_table(index=["prompt", "round"], columns="method", values="tokens_per_s")
     return (speed[method] / speed[reference]).unstack("round")
@@ -232,7 +232,7 @@ def speedup(runs: pd.DataFrame, method: str, reference: str = "AR", seed: int = 
     total_ratio  (sum of method tokens / sum of its seconds) / (the same for the reference)
     spread_lo/hi the estimate computed on each round alone: its minimum and maximum (run-to-run spread)
     """
-    r = _ratios(runs, method, reference)
+    r = ratios(runs, method, reference)
     per_prompt = r.median(axis=1).to_numpy()
     est, lo, hi = stats.bootstrap_ci(per_prompt, seed=seed) if len(per_prompt) > 1 else (per_prompt[0], np.nan, np.nan)
     by_round = r.median(axis=0)

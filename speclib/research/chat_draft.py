@@ -94,9 +94,13 @@ def train_draft(
     corpus: str = "chat_data",
     answer_tokens: int | None = None,
     snapshots=(),
+    autocast: bool = False,
 ) -> Path:
     """Distil (or resume) the draft and export it to `out` (default data/checkpoints/<family>-draft);
-    snapshots: token counts after which it is also exported to build/train/<out name>/tokens-<N>/."""
+    snapshots: token counts after which it is also exported to build/train/<out name>/tokens-<N>/.
+    Without build/'s state it continues from the weights committed in `out` when they were distilled the
+    same way (`committed_progress`). autocast: bf16 for the teacher's and the draft's passes (where the
+    CPU has bf16 units the teacher's forward, most of a step, runs several times faster)."""
     from transformers import AutoModelForCausalLM
 
     from speclib.drafters import frequent_tokens
@@ -127,9 +131,10 @@ def train_draft(
     state_dir = training.STATE / out.name
     state_dir.mkdir(parents=True, exist_ok=True)
     checkpoint = training.Checkpoint(state_dir / "state.pt", {"draft": draft, "opt": opt, "gen": gen})
-    st = checkpoint.restore() or {"step": 0, "tokens": 0, "seconds": 0.0, "evals": []}
     knobs = dict(vocab=vocab, batch=batch, seq=seq, lr=lr, target_layers=teacher.config.num_hidden_layers)
     knobs |= dict(answer_tokens=len(train_s), prompt_tokens=len(extra), corpus=corpus)
+    st = checkpoint.restore() or committed_progress(draft, out, kept, corpus, snapshots)
+    st = st or {"step": 0, "tokens": 0, "seconds": 0.0, "evals": []}
     starts = np.linspace(0, len(held_s) - seq - 2, 16).astype(int)
     held_x = torch.stack([torch.from_numpy(held_s[s : s + seq + 1].astype(np.int64)) for s in starts])
 
@@ -150,9 +155,11 @@ def train_draft(
         x = training.batch(train_s, batch - n_mix, seq, gen)
         if n_mix:
             x = torch.cat([x, training.batch(extra, n_mix, seq, gen)])
-        with torch.no_grad():
-            t = row_logits(teacher, x[:, :-1], rows)
-        d = row_logits(draft, x[:, :-1], rows)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            with torch.no_grad():
+                t = row_logits(teacher, x[:, :-1], rows)
+            d = row_logits(draft, x[:, :-1], rows)
+        d, t = d.float(), t.float()  # the KL itself in fp32
         return F.kl_div(F.log_softmax(d, -1), F.log_softmax(t, -1), log_target=True, reduction="batchmean") / seq, None
 
     def on_step(st, loss, _):
@@ -187,6 +194,26 @@ def train_draft(
         checkpoint.save(st)
     export(draft, folder, out, target_name, kept, counts, st, knobs)
     return out
+
+
+def committed_progress(draft, out: Path, kept: list[int], corpus: str, snapshots=()) -> dict | None:
+    """Continue from the draft committed in `out` (build/'s state is not committed): load its own
+    weights into `draft` and return its progress record, when it was cut from the same layers and
+    distilled on the same corpus; else None."""
+    from safetensors.torch import load_file
+
+    record = out / "training.json"
+    if not record.exists():
+        return None
+    done = json.loads(record.read_text())
+    if done.get("layers") != kept or done.get("corpus", "chat_data") != corpus:
+        return None
+    missing, unexpected = draft.load_state_dict(load_file(out / "model.safetensors"), strict=False)
+    if unexpected or any("embed" not in k and "lm_head" not in k for k in missing):
+        raise ValueError(f"{out}: its weights do not fit a {len(kept)}-layer draft ({missing or unexpected})")
+    print(f"continuing {out} from step {done['steps']} ({done['tokens_seen']} tokens seen)", flush=True)
+    st = {"step": done["steps"], "tokens": done["tokens_seen"], "seconds": done["train_minutes"] * 60}
+    return st | {"evals": done["evals"], "snapshots": [n for n in snapshots if n <= done["tokens_seen"]]}
 
 
 def export(draft, folder: Path, out: Path, target: str, kept: list[int], counts, st: dict, knobs: dict) -> None:

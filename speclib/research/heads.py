@@ -133,6 +133,7 @@ def fit(
     mix: float = 0.0,
     rows: torch.Tensor | None = None,
     snapshots=(),
+    start: dict | None = None,
     log=print,
 ) -> dict:
     """Train `head` on `target`'s features over token streams; resumable (state_dir/state.pt, written at
@@ -140,7 +141,8 @@ def fit(
     steps in all or `minutes` in this call. rows: train over these token ids only (FR-Spec's drafting
     vocabulary: the target's distribution renormalized over them; the output layer's cost in training
     shrinks by V / len(rows)). snapshots: token counts after which the head is also saved to
-    state_dir/tokens-<N>/ (a learning curve's points). Returns the run's record (steps, tokens, seconds,
+    state_dir/tokens-<N>/ (a learning curve's points). start: the progress record to continue when there is
+    no state (weights already loaded into `head`, the optimizer fresh). Returns the run's record (steps, tokens, seconds,
     held-out)."""
     parts = target.frozen_parts()
     for m in parts:
@@ -154,6 +156,10 @@ def fit(
     st = checkpoint.restore()
     if st is not None:
         log(f"resumed at step {st['step']}")
+    elif start is not None:
+        st = {"step": start["step"], "tokens": start["tokens"], "seconds": 0.0, "evals": []}
+        st["snapshots"] = [n for n in snapshots if n <= st["tokens"]]  # taken by the committed run
+        log(f"continuing the committed weights from step {st['step']} ({st['tokens']} tokens seen)")
     else:
         st = {"step": 0, "tokens": 0, "seconds": 0.0, "evals": []}
     starts = np.linspace(0, len(held) - seq - 2, n_eval).astype(int)
@@ -267,6 +273,7 @@ def train_head(
     else:
         train_s, held_s = training.token_stream("train", lm.tokenizer), training.token_stream("heldout", lm.tokenizer)
     head = new_head(lm, Path(target_name).name, layers, seed)
+    start = committed_progress(head, out, training.STATE / out.name)
     seen = np.concatenate([train_s] + ([extra] if extra is not None else [])).astype(np.int64)
     counts = np.bincount(seen, minlength=head.config["vocab_size"]).astype(np.int64)
     rows = None
@@ -294,6 +301,7 @@ def train_head(
         mix=mix,
         rows=rows,
         snapshots=snapshots,
+        start=start,
         log=lambda m: print(m, flush=True),
     )
     save_head(head, out)
@@ -319,6 +327,21 @@ def train_head(
         )
     write_card(out, head, st, knobs)
     return out
+
+
+def committed_progress(head: FeatureHead, out: Path, state_dir: Path) -> dict | None:
+    """On a machine without the training state (build/ is not committed), continue from the committed
+    weights in `out`: load them into `head` and return their progress record (training.json); None when
+    there is state to resume or nothing committed for this target."""
+    from speclib.lms.head import load_head
+
+    record = out / "training.json"
+    if (state_dir / "state.pt").exists() or not record.exists():
+        return None
+    if json.loads((out / "config.json").read_text()).get("target") != head.config.get("target"):
+        return None
+    head.load_state_dict(load_head(out).state_dict())
+    return json.loads(record.read_text())
 
 
 def write_card(out: Path, head: FeatureHead, st: dict, knobs: dict) -> None:

@@ -80,3 +80,21 @@ def summarize(req: pd.DataFrame, steps: pd.DataFrame, seed: int = 0) -> pd.DataF
     summary["tpot_vs_ar"], summary["tpot_lo"], summary["tpot_hi"] = np.array(ratios).T
     summary["ttft_vs_ar"] = summary.ttft_p50 / summary.rate.map(ar.ttft_p50)
     return summary
+
+
+def step_economy(steps: pd.DataFrame, method: str, rate: float) -> dict:
+    """From the server's step log at `rate`: tokens each request gains per step, seconds per request-step
+    (drafting and the verify pass), the share of drafting steps whose draft was wholly rejected and their
+    mean seconds, and the seconds per request-step had those steps been plain ones (AR's mean step: a
+    hindsight bound)."""
+    g = steps[(steps.method == method) & (steps.rate == rate)]
+    ar_step = steps[(steps.method == "AR") & (steps.rate == rate)].verify_s.mean()
+    rejected = g[(g.drafted > 0) & (g.accepted == 0)]
+    busy = (g.draft_s + g.verify_s).sum()
+    return dict(
+        tokens=(g.accepted.sum() + g.batch.sum()) / g.batch.sum(),
+        seconds=busy / g.batch.sum(),
+        wasted=len(rejected) / max(1, (g.drafted > 0).sum()),
+        wasted_s=(rejected.draft_s + rejected.verify_s).mean() if len(rejected) else np.nan,
+        hindsight=(busy - (rejected.draft_s + rejected.verify_s).sum() + len(rejected) * ar_step) / g.batch.sum(),
+    )

@@ -363,6 +363,12 @@ def main(argv=None):
     d.add_argument("--steps", type=int, default=4000)
     d.add_argument("--minutes", type=float, default=60)
     d.add_argument("--lr", type=float, default=5e-4)
+    d.add_argument(
+        "--autocast",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="bf16 autocast for the teacher's and the draft's passes (default: where the CPU has bf16 units)",
+    )
     _corpus_args(d)
     d.add_argument("--threads", type=int, default=0)
     a = ap.parse_args(argv)
@@ -385,6 +391,7 @@ def main(argv=None):
                 corpus=a.corpus,
                 answer_tokens=a.answer_tokens,
                 snapshots=_counts(a.snapshots),
+                autocast=bf16_native() if a.autocast is None else a.autocast,
             )
         )
     elif a.cmd == "head":
