@@ -132,7 +132,7 @@ def train_draft(
     state_dir.mkdir(parents=True, exist_ok=True)
     checkpoint = training.Checkpoint(state_dir / "state.pt", {"draft": draft, "opt": opt, "gen": gen})
     knobs = dict(vocab=vocab, batch=batch, seq=seq, lr=lr, target_layers=teacher.config.num_hidden_layers)
-    knobs |= dict(answer_tokens=len(train_s), prompt_tokens=len(extra), corpus=corpus)
+    knobs |= dict(answer_tokens=len(train_s), prompt_tokens=len(extra), corpus=corpus, autocast=autocast)
     st = checkpoint.restore() or committed_progress(draft, out, kept, corpus, snapshots)
     st = st or {"step": 0, "tokens": 0, "seconds": 0.0, "evals": []}
     starts = np.linspace(0, len(held_s) - seq - 2, 16).astype(int)
@@ -254,7 +254,7 @@ is not stored: `speclib.load` copies it from the target. See `speclib/research/c
 - Command: `python -m speclib train {" ".join(sys.argv[1:]) or "draft " + target}` (resumable).
 - Objective: KL(target || draft) per token{f" over the {fr} most frequent tokens of the training data (FR-Spec; both distributions renormalized over them; draft with `LlamaLM.restrict_vocab(frequent_tokens(token_counts, {fr}))`)" if fr else ""};
   batches of {knobs["batch"]} x {knobs["seq"]} tokens, {data}; AdamW, peak lr {knobs["lr"]}.
-- Tokens seen: {st["tokens"] / 1e6:.2f}M in {st["step"]} steps; {st["seconds"] / 60:.1f} min on CPU
+- Tokens seen: {st["tokens"] / 1e6:.2f}M in {st["step"]} steps; {st["seconds"] / 60:.1f} min on CPU{" in bf16 autocast" if knobs.get("autocast") else ""}
   ({st["tokens"] / max(st["seconds"], 1e-9):.0f} tokens/s, the target's forward included).
 - Held-out (16 windows of the held-out answers): top-1 agreement with the target's greedy token
   **{last["agreement"]:.3f}** (the cut model before training: {first["agreement"]:.3f}); KL {last["kl"]:.3f} nats/token
