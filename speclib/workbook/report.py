@@ -669,6 +669,24 @@ def _rows_07() -> list[tuple[str, str, str]]:
                 "rest_store.parquet",
             )
         )
+    for kind in ("head", "draft"):
+        if results.path(f"{nb}/{kind}_curve").is_file():
+            from speclib.research.learning_curve import fit, summarize
+
+            curve = summarize(results.load(f"{nb}/{kind}_curve"))
+            last = curve[curve.tokens_seen > 0].sort_values("tokens_seen").iloc[-1]
+            f = fit(curve)
+            rows.append(
+                (
+                    f"SmolLM2 {'feature head' if kind == 'head' else 'distilled draft'} trained on its own answers: "
+                    f"the last of {f['points']} snapshots, held-out corpus prompts",
+                    f"after {last.tokens_seen / 1e6:.2f}M tokens **{last.tokens_per_pass:.2f}** tokens per pass "
+                    f"(95% CI {ci(last.lo, last.hi)}), **{last.speedup:.2f}x** AR (95% CI "
+                    f"{ci(last.speedup_lo, last.speedup_hi)}); {f['b']:+.2f} tokens per pass per tenfold data "
+                    f"(95% CI {f['b_lo']:+.2f} to {f['b_hi']:+.2f})",
+                    f"{kind}_curve.parquet",
+                )
+            )
     if "feature head" in set(table.method):
         cost = results.load(f"{nb}/head_cost").set_index("method")
         rows.append(

@@ -77,8 +77,11 @@ def learning_curve_text(curves: dict, fits: dict, goals: dict = GOALS) -> str:
             + ("; every output equals AR's." if t.identical.all() else "; SOME OUTPUTS DIFFER FROM AR'S.")
         )
         for column, target in goals.get(kind, {}).items():
-            f = fits[(kind, column)]
+            f = fits.get((kind, column))
             unit = " tokens per pass" if column == "tokens_per_pass" else "x"
+            if f is None:
+                said += f" {column.replace('_', ' ').capitalize()}: one snapshot, no line to say when {target:g}{unit} comes."
+                continue
             gain = f"{f['b']:+.2f}{unit} per tenfold data (95% CI {f['b_lo']:+.2f} to {f['b_hi']:+.2f})"
             if f["b_lo"] <= 0:
                 said += f" {column.replace('_', ' ').capitalize()}: {gain}, not a clear gain; the fit cannot say when {target:g}{unit} comes."
