@@ -85,13 +85,9 @@ import matplotlib.pyplot as plt
 import pandas as pd
 from IPython.display import Markdown, display
 
-import speclib
-from speclib import HybridDrafter, ModelDrafter, Sampling
 from speclib.drafters.hybrid import PayoffPredictor, feature_matrix
 from speclib.research import bench, load, load_stats
-from speclib.serving.engine import calibrate
-from speclib.serving.server import serving_caches
-from speclib.workbook import results, verdicts
+from speclib.workbook import load_sweep, results, verdicts
 from speclib.workbook.plotting import savefig, style
 from speclib.workbook.study import Study
 
@@ -102,16 +98,7 @@ if SMOKE:
 NB = "08_serving"
 style()
 HVD_FILE = Path(tempfile.mkdtemp()) / "hvd_predictor.npz"  # fitted in section 2, read by the hvd server
-ARGS = {  # method -> `python -m speclib serve` arguments
-    "AR": ["--drafter", "none"],
-    "chain": ["--drafter", "model", "--draft", DRAFT, "--k", str(K)],
-    "chain adaptive": ["--drafter", "model", "--draft", DRAFT, "--k", str(K), "--budget", "adaptive"],
-    "tree": ["--drafter", "tree", "--draft", DRAFT, "--k", str(TREE_BUDGET)],
-    "tree adaptive": ["--drafter", "tree", "--draft", DRAFT, "--k", str(TREE_BUDGET), "--budget", "adaptive"],
-    "lookup": ["--drafter", "lookup", "--k", str(LOOKUP_K)],
-    "hybrid": ["--drafter", "hybrid", "--draft", DRAFT, "--k", str(K)],
-    "hvd": ["--drafter", "hvd", "--draft", DRAFT, "--k", str(K), "--predictor", str(HVD_FILE)],
-}
+ARGS = load_sweep.server_args(DRAFT, K, LOOKUP_K, TREE_BUDGET, HVD_FILE)  # method -> `speclib serve` arguments
 unknown = sorted(set(METHODS) - set(ARGS))
 if unknown:
     raise ValueError(f"unknown METHODS {unknown}: choose from {sorted(ARGS)}")
@@ -148,22 +135,18 @@ print(
 
 
 # %%
-def verify_costs():
-    speclib.core.device.set_threads(1)
-    target = speclib.load(TARGET)
-    cost = calibrate(target, sorted({1, 2, MAX_BATCH}), max(K, TREE_BUDGET), repeats=1 if SMOKE else 7)
-    return pd.DataFrame([dict(batch=b, nodes=n, seconds=s) for (b, n), s in cost.items()]).assign(**meta)
-
-
-vc = study.step("verify_cost", verify_costs, uses=["TARGET", "K", "TREE_BUDGET", "MAX_BATCH"])
-vc["per_plain"] = vc.seconds / vc.batch.map(vc[vc.nodes == 0].set_index("batch").seconds)
-table = vc.pivot(index="nodes", columns="batch", values="per_plain")
+vc = study.step(
+    "verify_cost",
+    lambda: load_sweep.verify_costs(TARGET, [1, 2, MAX_BATCH], max(K, TREE_BUDGET), 1 if SMOKE else 7).assign(**meta),
+    uses=["TARGET", "K", "TREE_BUDGET", "MAX_BATCH"],
+)
+table = load_sweep.cost_ratios(vc)
 display(table.round(2))
-b_max = int(vc.batch.max())
+b_max, plain = int(vc.batch.max()), vc.set_index(["batch", "nodes"]).seconds
 display(
     Markdown(
-        f"A plain step costs {vc.set_index(['batch', 'nodes']).seconds[(1, 0)] * 1e3:.1f} ms for one request and "
-        f"{vc.set_index(['batch', 'nodes']).seconds[(b_max, 0)] * 1e3:.1f} ms for {b_max}. Verifying {K} draft tokens "
+        f"A plain step costs {plain[(1, 0)] * 1e3:.1f} ms for one request and "
+        f"{plain[(b_max, 0)] * 1e3:.1f} ms for {b_max}. Verifying {K} draft tokens "
         f"per request costs {table.loc[K, 1]:.2f} plain steps at batch 1 and {table.loc[K, b_max]:.2f} at batch "
         f"{b_max}: the price of a draft rises with the batch, while the tokens it can yield do not."
     )
@@ -187,34 +170,8 @@ display(
 
 # %%
 def hvd_pilot():
-    target, draft = speclib.load(TARGET), speclib.load(DRAFT)
-    logs, steps = [], []
-
-    def answer(make_drafter, keep):
-        def run(ids):
-            d = make_drafter()
-            g = speclib.generate(target, ids, MAX_TOKENS, drafter=d, sampling=Sampling(0.0))
-            keep(d, g)
-            return g.tokens
-
-        return run
-
-    for first in range(2):  # each cache ranked first in turn: the fixed "cache" policy logs the first one's
-        load.replay_sessions(
-            target,
-            pilot_sessions,
-            answer(
-                lambda first=first: HybridDrafter(
-                    serving_caches(K)[first:] + serving_caches(K)[:first], ModelDrafter(draft, K), "cache"
-                ),
-                lambda d, g: logs.extend(r for r in d.log if r["drafted"] > 0),
-            ),
-        )
-    load.replay_sessions(
-        target, pilot_sessions, answer(lambda: ModelDrafter(draft, K), lambda d, g: steps.extend(g.stats.steps))
-    )
-    model = pd.DataFrame(steps)[["drafted", "accepted"]]
-    return {"hvd_logs": pd.DataFrame(logs).assign(**meta), "hvd_model_steps": model.assign(**meta)}
+    pilot = load_sweep.hvd_pilot(TARGET, DRAFT, pilot_sessions, K, MAX_TOKENS)
+    return {name: table.assign(**meta) for name, table in pilot.items()}
 
 
 if "hvd" in METHODS:
@@ -250,76 +207,24 @@ if "hvd" in METHODS:
 
 
 # %%
-def run_sweep(target, methods, args, sessions, warmup, rates, chat=False):
-    """Every method in order, then (PASSES = 2) reversed; per method a fresh server, the warm-up sessions
-    (not recorded), then every rate: client rows and the server's step log."""
-    rows, steps = [], []
-    for p in range(PASSES):
-        for method in methods if p == 0 else methods[::-1]:
-            with load.served(target, *args[method], "--max-batch", str(MAX_BATCH)) as url:
-                # a warm-up, not recorded: a fresh server's first requests pay one-off costs (allocations,
-                # lazy initialisation) that would land on whichever rate ran first
-                load.run_load_blocking(
-                    url, target, warmup, max(rates), MAX_TOKENS, DURATION_S, seed=SEED + 1, chat=chat
-                )
-                for rate in rates:
-                    start = len(load.server_steps(url))
-                    r = load.run_load_blocking(
-                        url, target, sessions, rate, MAX_TOKENS, DURATION_S, seed=SEED, chat=chat
-                    )
-                    rows += [dict(method=method, rate=rate, pass_=p) | x for x in r]
-                    steps += [dict(method=method, rate=rate, pass_=p) | s for s in load.server_steps(url)[start:]]
-    info = meta | dict(target=target)
-    return {"requests": pd.DataFrame(rows).assign(**info), "steps": pd.DataFrame(steps).assign(**info)}
-
-
-def load_sweep():
-    return run_sweep(TARGET, METHODS, ARGS, sessions, warmup_sessions, RATES)
-
-
-sweep = study.step(
-    "load",
-    load_sweep,
-    uses=[
-        "TARGET",
-        "DRAFT",
-        "K",
-        "TREE_BUDGET",
-        "LOOKUP_K",
-        "MAX_BATCH",
-        "RATES",
-        "N_SESSIONS",
-        "DURATION_S",
-        "MAX_TOKENS",
-        "METHODS",
-        "PASSES",
-        "PILOT_SESSIONS",
-    ],
-)
+def run_sweep(target, methods, sessions, warmup, rates, chat=False):
+    tables = load_sweep.sweep(
+        target, methods, ARGS, sessions, warmup, rates, passes=PASSES, max_batch=MAX_BATCH,
+        max_tokens=MAX_TOKENS, duration_s=DURATION_S, seed=SEED, chat=chat,
+    )  # fmt: skip
+    return {name: table.assign(**meta | dict(target=target)) for name, table in tables.items()}
 
 
 def check_answers(req):
-    """Mark every request whose text equals AR's (first pass) for the same rate, session and turn; show the
-    count per method and say whether every answer matched and none failed."""
     req["same_as_ar"] = load_stats.same_as_ar(req)
-    failed = req[req.error.notna()]
-    check = req.groupby("method").agg(
-        requests=("text", "size"), failed=("error", "count"), same_as_ar=("same_as_ar", "sum")
-    )
+    check, text = load_sweep.answer_check(req)
     display(check)
-    display(
-        Markdown(
-            f"{len(req)} requests in all; {len(failed)} failed; {int(req.same_as_ar.sum())} of {len(req)} answers "
-            "equal AR's for the same session and turn"
-            + (
-                "."
-                if req.same_as_ar.all() and failed.empty
-                else f" — **not all**: {', '.join(check.index[check.same_as_ar < check.requests])} differ or failed."
-            )
-        )
-    )
+    display(Markdown(text))
 
 
+LOAD_USES = ["TARGET", "DRAFT", "K", "TREE_BUDGET", "LOOKUP_K", "MAX_BATCH", "RATES", "N_SESSIONS"]
+LOAD_USES += ["DURATION_S", "MAX_TOKENS", "METHODS", "PASSES", "PILOT_SESSIONS"]
+sweep = study.step("load", lambda: run_sweep(TARGET, METHODS, sessions, warmup_sessions, RATES), uses=LOAD_USES)
 req, steps = sweep["requests"], sweep["steps"]
 check_answers(req)
 
@@ -338,42 +243,11 @@ check_answers(req)
 # %%
 ok = req[req.error.isna()]
 summary = load_stats.summarize(req, steps, SEED)
-ar = summary[summary.method == "AR"].set_index("rate")
 results.save(summary.assign(**meta), f"{NB}/summary")
-display(
-    summary[
-        [
-            "method",
-            "rate",
-            "requests",
-            "tpot_p50",
-            "tpot_p99",
-            "ttft_p50",
-            "throughput",
-            "mean_batch",
-            "acceptance",
-            "mean_nodes",
-            "tpot_vs_ar",
-            "tpot_lo",
-            "tpot_hi",
-        ]
-    ].round(3)
-)
+COLUMNS = "method rate requests tpot_p50 tpot_p99 ttft_p50 throughput mean_batch acceptance mean_nodes".split()
+display(summary[COLUMNS + ["tpot_vs_ar", "tpot_lo", "tpot_hi"]].round(3))
 
-fig, axes = plt.subplots(2, 2, figsize=(11, 7), sharex=True)
-for m, g in summary.groupby("method", sort=False):
-    ls = "--" if "adaptive" in m else "-"
-    axes[0, 0].plot(g.rate, g.tpot_p50 * 1e3, ls, marker="o", label=m)
-    axes[0, 1].plot(g.rate, g.tpot_p99 * 1e3, ls, marker="o", label=m)
-    axes[1, 0].plot(g.rate, g.ttft_p50, ls, marker="o", label=m)
-    axes[1, 1].plot(g.rate, g.throughput, ls, marker="o", label=m)
-axes[0, 0].set(ylabel="TPOT p50 (ms)", title="time per output token, median")
-axes[0, 1].set(ylabel="TPOT p99 (ms)", title="time per output token, 99th percentile")
-axes[1, 0].set(ylabel="TTFT p50 (s)", xlabel="session arrivals per second", title="time to first token, median")
-axes[1, 1].set(ylabel="tokens / s", xlabel="session arrivals per second", title="throughput")
-for ax in axes.flat:
-    ax.set_xscale("log")
-axes[0, 0].legend(fontsize=7)
+fig = load_sweep.plot_load(summary)
 savefig(fig, f"{NB}_load")
 plt.show()
 
@@ -406,13 +280,7 @@ display(Markdown(verdicts.load_sweep_text(summary, steps, METHODS, RATES, K, tab
 def chat_sweep():
     mt = load.mt_bench_sessions(seed=SEED)
     r = run_sweep(
-        CHAT_TARGET,
-        CHAT_METHODS,
-        ARGS,
-        mt[:CHAT_SESSIONS],
-        mt[CHAT_SESSIONS : CHAT_SESSIONS + 1],
-        CHAT_RATES,
-        chat=True,
+        CHAT_TARGET, CHAT_METHODS, mt[:CHAT_SESSIONS], mt[CHAT_SESSIONS : CHAT_SESSIONS + 1], CHAT_RATES, chat=True
     )
     return {"chat_requests": r["requests"], "chat_steps": r["steps"]}
 
@@ -439,18 +307,7 @@ if CHAT_TARGET:
     results.save(chat_summary.assign(**meta | dict(target=CHAT_TARGET)), f"{NB}/chat_summary")
     display(
         chat_summary[
-            [
-                "method",
-                "rate",
-                "requests",
-                "tpot_p50",
-                "ttft_p50",
-                "mean_batch",
-                "acceptance",
-                "tpot_vs_ar",
-                "tpot_lo",
-                "tpot_hi",
-            ]
+            "method rate requests tpot_p50 ttft_p50 mean_batch acceptance tpot_vs_ar tpot_lo tpot_hi".split()
         ].round(3)
     )
     agent = {m: {low: at.tpot_vs_ar[(m, low)]} for m in CHAT_METHODS if m in METHODS and m != "AR"}
