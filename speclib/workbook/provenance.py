@@ -8,6 +8,9 @@ A step's manifest (`speclib.workbook.study`) records:
   block);
 - `modules`: a fingerprint (sha1 of the file as first seen by this process) of every speclib module
   the kernel had imported by the end of the step;
+- `definitions`: the fingerprint of every definition the step's statement in the notebook source reaches
+  (`speclib.workbook.reach`), which `check` compares in place of `modules` where it was recorded: a
+  change to code the step never uses, or a move or rename of a module, leaves the step current;
 - `checkpoints`: the sha256 of the weight and config files of every shipped checkpoint the step's
   parameters name or the process loaded;
 - `calibration`: the target's one-token pass time before and after the step (`Calibration`), so runs
@@ -30,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from speclib.core.device import REPO
+from speclib.workbook import reach
 
 # a run's own writes: a dirty flag that counted them would say "dirty" for every published run
 OUTPUTS = ("data/results", "data/sweeps", "figures", "README.md", "build")
@@ -165,12 +169,22 @@ def changed_since(sha: str) -> list[str] | None:
     return None if out is None else sorted(out.split())
 
 
-def check(man: dict) -> dict:
+def notebook_source(notebook: str) -> Path:
+    """The source a notebook is built from (`notebooks/src/NN_slug.py`)."""
+    return REPO / "notebooks" / "src" / f"{notebook}.py"
+
+
+def check(man: dict, index=None) -> dict:
     """{"status": "current" | "stale" | "unknown", "reasons": [...]} for one step manifest against
-    the checkout as it is now. A manifest without fingerprints (written before they were recorded,
-    or adopted) is "unknown"; its reasons list the code files changed in git since its commit."""
+    the checkout as it is now: by the definitions the step reaches where the manifest records them
+    (`index`: a `reach.Index` shared across calls), else by the files of the modules it had loaded.
+    A manifest without fingerprints (written before they were recorded, or adopted) is "unknown";
+    its reasons list the code files changed in git since its commit."""
     reasons = []
     mods, ckpts = man.get("modules"), man.get("checkpoints")
+    if man.get("definitions"):
+        mods = {}  # the definitions decide; the loaded files' hashes are kept for the record only
+        reasons += reach.changed(man["definitions"], notebook_source(man["notebook"]), index)
     if mods is None:
         shas = [s for s in str(man.get("git_sha", "")).split(",") if s and s != "unknown"]
         why = (

@@ -45,7 +45,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 
 from speclib.core.device import REPO
-from speclib.workbook import provenance, results
+from speclib.workbook import provenance, reach, results
 
 MODES = ("auto", "recompute", "reuse")
 # parameters that choose how a run is stored or checked, not what it computes (notebook 05's SKIP_MISSING
@@ -338,6 +338,7 @@ class Study:
             **self.code,
             machine=_machine(),
             modules=provenance.module_fingerprints(),
+            definitions=reach.step_definitions(provenance.notebook_source(self.notebook), name),
             checkpoints=provenance.checkpoint_hashes(provenance.named_checkpoints(used)),
             step_source=_source_hash(compute),
             calibration=None
@@ -440,10 +441,10 @@ def stale_steps(root: str | Path | None = None) -> pd.DataFrame:
     """Every saved step under `root` (default: the committed data/results) with its provenance
     status against the checkout now (`provenance.check`): one row per step, with the commit it ran
     at, its calibration (the target's one-token pass before/after, ms) and the reasons."""
-    rows = []
+    rows, index = [], reach.Index()
     for mp in sorted(Path(root or REPO / "data" / "results").glob(f"*/*{MANIFEST}")):
         man = json.loads(mp.read_text())
-        state = provenance.check(man)
+        state = provenance.check(man, index)
         cal = man.get("calibration") or {}
         # manifests written before `dirty_files` existed counted the run's own outputs as changes: not shown
         rows.append(
