@@ -101,21 +101,14 @@ PUBLISH = False  # True: a run with non-default parameters also replaces data/re
 THREADS = 1  # torch threads (0: every CPU this process may use); 1 keeps T(n) smooth on 2 cores (notebook 05)
 
 # %%
-import re
-
 import matplotlib.pyplot as plt
-import numpy as np
-import pandas as pd
 import torch
 from IPython.display import Markdown, display
 from tqdm.auto import tqdm
 
 import speclib
-from speclib import ModelDrafter, Sampling, SelfDrafter, TreeDrafter, generate, generate_batch
-from speclib.core.device import clock
-from speclib.lms import HybridLM
-from speclib.lms.loading import HYBRID_TYPES
-from speclib.research import bench, bench_tree, data, stats, train
+from speclib.research import bench
+from speclib.research.studies import tree_hybrid as th
 from speclib.workbook import results
 from speclib.workbook.plotting import savefig, style
 from speclib.workbook.study import Study
@@ -125,36 +118,20 @@ if SMOKE:
     SELF_KS, EVAL_WINDOWS, DECODE_BATCH, CHAIN_KS, TREE_DEPTHS = [1, 2], 4, 2, [2, 4], [3]
     SPINE_VALUES, PILOT_PROMPTS, HEAD_KS, HEAD_TREES = [0.15], 2, [2], [[3, 6]]
 NB = "03_tree_hybrid"
-GREEDY = Sampling(0.0)
 TOP = 4  # EAGLE-2 trees spend at most TOP nodes per level: at most TOP x depth nodes in all
-# the pilot's tree budgets per depth: only budgets that can change the tree (a budget of TOP x depth or more
-# draws the same full tree), the full tree included
-PILOT_BUDGETS = {d: sorted({n for n in [4] + TREE_SIZES if d <= n < TOP * d} | {TOP * d}) for d in TREE_DEPTHS}
+PILOT_BUDGETS = th.pilot_budgets(TREE_DEPTHS, TREE_SIZES, TOP)  # per depth, the budgets that change the tree
 style()
 torch.manual_seed(SEED)
 threads = speclib.core.device.set_threads(THREADS or None)
 target, draft = speclib.load(TARGET, device=DEVICE), speclib.load(DRAFT, device=DEVICE)
-if not isinstance(target, HybridLM):  # trees on recurrent states, the closed form and the linear subgraph
-    raise ValueError(
-        f"TARGET {TARGET!r} loads as {type(target).__name__}: this notebook needs a Gated DeltaNet "
-        f"hybrid that speclib runs with its own forward (HybridLM: {', '.join(HYBRID_TYPES)})"
-    )
-dev = str(target.device)
-cfg = target.config
-half = max(1, N_PROMPTS // 2)
-prompt_rows = data.load_workload("code_stdlib", half) + data.load_workload("code_humaneval", N_PROMPTS - half)
-prompts = [target.encode(r["prompt"]) for r in prompt_rows]
-meta = dict(seed=SEED, device=dev, target=TARGET, draft=DRAFT, threads=threads, smoke=SMOKE)
+th.check_hybrid(target, TARGET)  # trees on recurrent states, the closed form and the linear subgraph
+prompts, pilot_prompts = th.workload_prompts(target, N_PROMPTS, PILOT_PROMPTS)  # reported, and the pilot's
+meta = dict(seed=SEED, device=str(target.device), target=TARGET, draft=DRAFT, threads=threads, smoke=SMOKE)
 study = Study(
     NB, globals(), mode=RESULTS, publish=PUBLISH, always=dict(SMOKE=SMOKE), calibrate=target
 )  # target T(1) before/after each step
 print(f"results mode {RESULTS!r}: this run {study.where()}")
-gdn = [l.linear_attn for l, g in zip(target.text.layers, target.is_gdn) if g]
-H, DK, DV = gdn[0].num_v_heads, gdn[0].head_k_dim, gdn[0].head_v_dim
-print(
-    f"{type(target).__name__} over {cfg.model_type}: {sum(target.is_gdn)} GDN + {len(target.is_gdn) - sum(target.is_gdn)} "
-    f"attention layers, GDN heads {H} x K {DK} x V {DV}; {len(prompts)} prompts; device {dev}"
-)
+print(th.describe(target, len(prompts)))
 
 # %% [markdown]
 # ## 1 · The peer refuses, speclib decodes
@@ -173,52 +150,12 @@ print(
 
 
 # %%
-def peer_check():
-    ids = prompts[0]
-    try:
-        with torch.inference_mode():
-            target.model.generate(
-                torch.tensor([ids], device=target.device),
-                assistant_model=draft.model,
-                do_sample=False,
-                max_new_tokens=16,
-                pad_token_id=target.eos_token_id,
-            )
-        refusal = "(no error: this transformers version accepted the hybrid model)"
-    except Exception as e:  # the refusal is the point of this cell
-        refusal = f"{type(e).__name__}: {e}"
-    ar = generate(target, ids, 32, sampling=GREEDY)
-    sd = generate(target, ids, 32, drafter=TreeDrafter(draft, budget=16, depth=TREE_DEPTH, top=TOP), sampling=GREEDY)
-    with torch.inference_mode():  # the stock forward (its own cache and torch fallbacks), for reference
-        t0 = clock(target.device)
-        hf = target.model.generate(
-            torch.tensor([ids], device=target.device),
-            do_sample=False,
-            max_new_tokens=32,
-            pad_token_id=target.eos_token_id,
-        )[0, len(ids) :].tolist()
-        hf_s = clock(target.device) - t0
-    peer = pd.DataFrame(
-        [
-            dict(
-                method="transformers generate (greedy)",
-                tokens_per_s=len(hf) / hf_s,
-                identical_to_speclib_ar=hf == ar.tokens,
-            ),
-            dict(method="speclib AR (HybridLM)", tokens_per_s=ar.stats.tokens_per_s, identical_to_speclib_ar=True),
-            dict(
-                method="speclib tree SD",
-                tokens_per_s=sd.stats.tokens_per_s,
-                identical_to_speclib_ar=sd.tokens == ar.tokens,
-            ),
-        ]
-    )
-    return peer.assign(refusal=refusal, sd_tokens_per_call=sd.stats.tokens_per_call, sd_text=sd.text[:200], **meta)
-
-
-peer = study.step("peer", peer_check, uses=["TARGET", "DRAFT", "TREE_DEPTH", "N_PROMPTS", "THREADS"])
-refusal = peer.refusal[0]
-print("transformers assisted generation:", refusal)
+peer = study.step(
+    "peer",
+    lambda: th.peer_check(target, draft, prompts[0], TREE_DEPTH, TOP, meta),
+    uses=["TARGET", "DRAFT", "TREE_DEPTH", "N_PROMPTS", "THREADS"],
+)
+print("transformers assisted generation:", peer.refusal[0])
 display(peer[["method", "tokens_per_s", "identical_to_speclib_ar"]])
 print(f"speclib tree SD: {peer.sd_tokens_per_call[0]:.2f} tokens per target call")
 print(repr(peer.sd_text[0]))
@@ -246,38 +183,13 @@ print(repr(peer.sd_text[0]))
 # independent of any drafter. Section 4 checks how far this proxy is from the drafter's real trees.
 
 # %%
-shapes = {"hybrid-target": (H, DK, DV), "Qwen3.5 layer (32 x 128 x 128)": (32, 128, 128)}
-
-
-def layer_timings():
-    layer_rows = []
-    for shape_name, (h, dk, dv) in shapes.items():
-        for n in tqdm(TREE_SIZES, desc=shape_name):
-            r = bench_tree.layer_state_bytes(n, h, dk, dv, depth=TREE_DEPTH, seed=SEED, repeats=LATENCY_REPEATS)
-            layer_rows.append(dict(layer_shape=shape_name, **r))
-    layer = pd.DataFrame(layer_rows)
-    layer["speedup"] = layer.materialize_seconds / layer.closed_form_seconds
-    layer["memory_ratio_fp32"] = layer.materialize_bytes / layer.closed_form_fp32_bytes
-    layer["memory_ratio_bf16"] = layer.materialize_bytes / layer.closed_form_bf16_bytes
-    return layer.assign(**meta)
-
-
+shapes = th.layer_shapes(target)  # name -> (heads, K, V): our GDN layer and a real Qwen3.5 one
 layer = study.step(
-    "layer", layer_timings, uses=["TARGET", "TREE_SIZES", "TREE_DEPTH", "LATENCY_REPEATS", "SEED", "THREADS"]
+    "layer",
+    lambda: th.layer_timings(shapes, TREE_SIZES, TREE_DEPTH, SEED, LATENCY_REPEATS, meta, progress=tqdm),
+    uses=["TARGET", "TREE_SIZES", "TREE_DEPTH", "LATENCY_REPEATS", "SEED", "THREADS"],
 )
-display(
-    layer[
-        [
-            "layer_shape",
-            "nodes",
-            "closed_form_seconds",
-            "materialize_seconds",
-            "speedup",
-            "memory_ratio_fp32",
-            "memory_ratio_bf16",
-        ]
-    ].round(4)
-)
+display(layer[th.LAYER_COLUMNS].round(4))
 
 # %% [markdown]
 # ### One layer: time and memory of the two strategies
@@ -296,87 +208,10 @@ display(
 # shows whether the arithmetic follows.
 
 # %%
-fig, axes = plt.subplots(1, 2, figsize=(12, 4.4))
-for i, (shape_name, g) in enumerate(layer.groupby("layer_shape", sort=False)):
-    axes[0].plot(g.nodes, g.closed_form_seconds * 1e3, "o-", color=f"C{i}", label=f"closed form, {shape_name}")
-    axes[0].plot(g.nodes, g.materialize_seconds * 1e3, "s--", color=f"C{i}", label=f"state per node, {shape_name}")
-    axes[1].plot(
-        g.nodes, g.materialize_bytes / 2**20, "s--", color=f"C{i}", label=f"state per node (fp32), {shape_name}"
-    )
-    axes[1].plot(g.nodes, g.closed_form_bf16_bytes / 2**20, "o-", color=f"C{i}", label=f"factors (bf16), {shape_name}")
-axes[0].set(
-    xscale="log", yscale="log", xlabel="tree nodes", ylabel="ms per layer", title="GDN tree verification, one layer"
-)
-axes[1].set(
-    xscale="log",
-    yscale="log",
-    xlabel="tree nodes",
-    ylabel="MiB held until commit",
-    title="Speculative state, one layer",
-)
-for ax in axes:
-    ax.set_xticks(TREE_SIZES, [str(n) for n in TREE_SIZES])
-    ax.minorticks_off()
-    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=1, frameon=False)
-savefig(fig, f"{NB}_layer")
+savefig(th.layer_figure(layer, TREE_SIZES), f"{NB}_layer")
 plt.show()
-n64 = 64 if 64 in TREE_SIZES else TREE_SIZES[-1]
-q = layer[(layer.layer_shape != "hybrid-target") & (layer.nodes == n64)].iloc[0]
-o = layer[(layer.layer_shape == "hybrid-target") & (layer.nodes == n64)].iloc[0]
-display(
-    Markdown(
-        f"At {n64} nodes the closed form verifies one layer **{o.speedup:.1f}x** faster than a state per node at our "
-        f"shape and **{q.speedup:.1f}x** at the Qwen3.5 shape (seed study: 3.4–7.7x). It holds "
-        f"**{q.memory_ratio_fp32:.0f}x** less speculative state at the Qwen3.5 shape with fp32 factors and "
-        f"**{q.memory_ratio_bf16:.0f}x** with bf16 factors ({q.materialize_bytes / 2**20:.0f} MiB vs "
-        f"{q.closed_form_bf16_bytes / 2**20:.2f} MiB per layer; seed study: 82–99x)."
-    )
-)
-lo_n, hi_n = min(TREE_SIZES), max(TREE_SIZES)
-growth = {
-    (s_, col): layer[(layer.layer_shape == s_) & (layer.nodes == hi_n)][col].iloc[0]
-    / layer[(layer.layer_shape == s_) & (layer.nodes == lo_n)][col].iloc[0]
-    for s_ in shapes
-    for col in ("closed_form_seconds", "materialize_seconds")
-}
-analytic = {s_: dk * dv / (dk + dv + 1) for s_, (_, dk, dv) in shapes.items()}
-display(
-    Markdown(
-        "**Reading.** Memory "
-        + (
-            "behaves exactly as counted"
-            if all(
-                abs(layer[layer.layer_shape == s_].memory_ratio_fp32.mean() / analytic[s_] - 1) < 0.05 for s_ in shapes
-            )
-            else "departs from the simple count"
-        )
-        + ": the measured fp32-factor ratio is "
-        + ", ".join(
-            f"{layer[layer.layer_shape == s_].memory_ratio_fp32.mean():.1f}x at the {s_} shape "
-            f"(analytic K·V/(K+V+1) = {analytic[s_]:.1f})"
-            for s_ in shapes
-        )
-        + (
-            ", the same at every tree size, because both strategies store a fixed amount per node. "
-            if layer.groupby("layer_shape").memory_ratio_fp32.agg(lambda r: r.max() / r.min()).max() < 1.01
-            else ", varying a little with the tree size (the factors or states include per-tree terms). "
-        )
-        + f"Time is "
-        f"less clean: from {lo_n} to {hi_n} nodes ({hi_n // lo_n}x the nodes) the closed form's time grows "
-        + ", ".join(f"{growth[(s_, 'closed_form_seconds')]:.1f}x ({s_})" for s_ in shapes)
-        + " and the state-per-node time "
-        + ", ".join(f"{growth[(s_, 'materialize_seconds')]:.1f}x ({s_})" for s_ in shapes)
-        + f". A small tree leaves the closed form's fixed overheads (the triangular solve, kernel launches) "
-        f"visible, so the layer ratio depends on the tree size; the memory ratio does not. The larger the state per "
-        f"head (K·V), the more a per-node state costs to write and to hold: at {n64} nodes the time advantage is "
-        f"{q.speedup:.1f}x at the Qwen3.5 shape against {o.speedup:.1f}x at ours"
-        + (
-            ", so the closed form matters more, not less, on real model sizes."
-            if q.speedup > o.speedup
-            else " — here the larger shape does not widen the time gap, though it widens the memory gap."
-        )
-    )
-)
+for text in th.layer_notes(layer, shapes, TREE_SIZES):
+    display(Markdown(text))
 
 # %% [markdown]
 # ## 3 · The whole model: verification latency vs tree size and batch
@@ -402,42 +237,13 @@ display(
 # requests' tokens, and every node competes with them. The batch panel shows how quickly that happens.
 
 # %%
-strategies = ["closed_form", "materialize", "replay"]
-# the tree sizes of section 2, and every budget the pilot of section 4 can draft (its cost model needs their T_b(n))
-sizes = sorted(set([1] + TREE_SIZES) | {n for b in PILOT_BUDGETS.values() for n in b})
-
-
-def verify_timings():
-    lat_rows = []
-    for b in tqdm(BATCHES, desc="batch"):
-        # replay re-runs the model once per branch: measured where it stays affordable (batch <= 2)
-        strat = strategies if b <= 2 else strategies[:2]
-        lat_rows += bench_tree.tree_latency(
-            target, strat, sizes, [b], prefix_len=PREFIX_LEN, repeats=LATENCY_REPEATS, depth=TREE_DEPTH, seed=SEED
-        )
-    verify = pd.DataFrame(lat_rows)
-    base = verify[(verify.nodes == 1) & (verify.strategy == "closed_form")].set_index("batch").seconds
-    verify["over_one_token"] = verify.seconds / verify.batch.map(base)
-    # the speculative state each strategy holds after extending one tree (batch 1, n64 nodes)
-    gen = torch.Generator().manual_seed(SEED)
-    par64 = bench_tree.random_tree(n64, TREE_DEPTH, gen)
-    mem = {}
-    for s in strategies:
-        v = target.view(strategy=s)
-        v.reset(prompts[0][:PREFIX_LEN])
-        if s == "replay":
-            path = max(bench_tree.leaf_paths(par64), key=len)  # replay holds one branch at a time
-            v.extend([7] * len(path), list(range(-1, len(path) - 1)))
-        else:
-            v.extend([7] * n64, par64)
-        mem[s] = bench_tree.state_bytes(v)
-    verify["state_bytes_at_n64"] = verify.strategy.map(mem)
-    return verify.assign(**meta)
-
-
+n64 = th.probe_size(TREE_SIZES)  # the tree size the readings quote
+sizes = th.timed_sizes(TREE_SIZES, PILOT_BUDGETS)  # section 2's sizes and every budget the pilot can draft
 verify = study.step(
     "verify",
-    verify_timings,
+    lambda: th.verify_timings(
+        target, prompts[0], sizes, BATCHES, PREFIX_LEN, LATENCY_REPEATS, TREE_DEPTH, SEED, n64, meta, progress=tqdm
+    ),
     uses=[
         "TARGET",
         "BATCHES",
@@ -451,7 +257,6 @@ verify = study.step(
         "THREADS",
     ],
 )
-mem = verify.groupby("strategy").state_bytes_at_n64.first().to_dict()  # speculative state held per strategy
 
 # %% [markdown]
 # ### The whole model: one verify pass, by tree size and by batch
@@ -468,63 +273,11 @@ mem = verify.groupby("strategy").state_bytes_at_n64.first().to_dict()  # specula
 # budget). `replay` is measured only up to batch 2.
 
 # %%
-fig, axes = plt.subplots(1, 2, figsize=(12, 4.4))
-for i, s in enumerate(strategies):
-    g = verify[(verify.strategy == s) & (verify.batch == 1) & (verify.nodes > 1)]
-    axes[0].plot(g.nodes, g.seconds * 1e3, "o-", color=f"C{i}", label=s)
-    g = verify[(verify.strategy == s) & (verify.nodes == n64)]
-    axes[1].plot(g.batch, g.seconds * 1e3, "o-", color=f"C{i}", label=f"{s}, {n64} nodes / request")
-g = verify[(verify.strategy == "closed_form") & (verify.nodes == 1)]
-axes[1].plot(g.batch, g.seconds * 1e3, "k:", label="one token / request")
-axes[0].set(
-    xscale="log", yscale="log", xlabel="tree nodes", ylabel="ms per verify pass", title="hybrid-target, batch 1"
-)
-axes[1].set(
-    xscale="log",
-    yscale="log",
-    xlabel="batch (requests per pass)",
-    ylabel="ms per verify pass",
-    title="hybrid-target vs batch",
-)
-axes[0].set_xticks(TREE_SIZES, [str(n) for n in TREE_SIZES])
-axes[1].set_xticks(BATCHES, [str(b) for b in BATCHES])
-for ax in axes:
-    ax.minorticks_off()
-    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, frameon=False)
-savefig(fig, f"{NB}_verify")
+savefig(th.verify_figure(verify, TREE_SIZES, BATCHES, n64), f"{NB}_verify")
 plt.show()
-v1 = verify[(verify.batch == 1) & (verify.nodes == n64)].set_index("strategy").seconds
 display(verify[verify.nodes == n64].pivot(index="batch", columns="strategy", values="seconds").mul(1e3).round(1))
-display(
-    Markdown(
-        f"At {n64} nodes and batch 1 a closed-form verify pass takes {v1['closed_form'] * 1e3:.0f} ms, "
-        f"{v1['materialize'] / v1['closed_form']:.2f}x faster than materialising states and "
-        f"{v1['replay'] / v1['closed_form']:.1f}x faster than branch-by-branch replay. Speculative state held "
-        f"over all GDN layers: closed form {mem['closed_form'] / 2**20:.2f} MiB, materialize "
-        f"{mem['materialize'] / 2**20:.2f} MiB ({mem['materialize'] / mem['closed_form']:.0f}x; both include the "
-        f"pending conv inputs), replay {mem['replay'] / 2**20:.2f} MiB for one branch."
-    )
-)
-cf = verify[verify.strategy == "closed_form"].set_index(["batch", "nodes"]).seconds
-b_hi = max(BATCHES)
-display(
-    Markdown(
-        f"**Reading.** At batch 1, scoring {n64} nodes with the closed form costs {cf[1, n64] / cf[1, 1]:.1f}x a one-token "
-        f"pass (the v(n) of the analytic model), so a {n64}-node tree must commit more than {cf[1, n64] / cf[1, 1]:.1f} "
-        f"tokens per pass just to match AR, before drafting is even counted. Across the batch, a one-token-per-request pass grows "
-        f"{cf[b_hi, 1] / cf[1, 1]:.1f}x from batch 1 to {b_hi} (the weights are read once for all requests), while a "
-        f"{n64}-node tree per request grows {cf[b_hi, n64] / cf[1, n64]:.1f}x: at batch {b_hi} the tree pass costs "
-        f"{cf[b_hi, n64] / cf[b_hi, 1]:.1f}x the batched one-token pass, against {cf[1, n64] / cf[1, 1]:.1f}x at batch 1. "
-        f"Closed form against a state per node: {v1['materialize'] / v1['closed_form']:.2f}x for the whole model at "
-        f"{n64} nodes, {o.speedup:.1f}x for one of its GDN layers alone"
-        + (
-            " — smaller, because the projections, MLPs and attention cost the same under every strategy; what survives "
-            "is the recurrence's share of the pass."
-            if v1["materialize"] / v1["closed_form"] < o.speedup
-            else " — not smaller here, so the per-node states also slow the rest of the pass (memory traffic)."
-        )
-    )
-)
+for text in th.verify_notes(verify, layer, n64, BATCHES):
+    display(Markdown(text))
 
 # %% [markdown]
 # ## 4 · Tuning both sides, and a batch-wide node budget from a cost model profiled at start
@@ -570,72 +323,8 @@ display(
 # are disjoint from the pilot's, not because the pilot is precise.
 
 # %%
-pilot_prompts = [target.encode(r["prompt"]) for r in data.load_workload("code_stdlib", half + PILOT_PROMPTS)[half:]]
-
-
-def spine(k, v, d=draft):
-    return TreeDrafter(d, budget=3 * k, expand="spine", depth=k, top=3, min_value=v)
-
-
-def levels(n, d):
-    """Nodes per level of an EAGLE-2 tree with budget n and depth d (the width rule of speclib.drafters.tree)."""
-    out, left = [], n
-    for i in range(d):
-        if left <= 0:
-            break
-        out.append(min(TOP, left, -(-left // (d - i))))
-        left -= out[-1]
-    return tuple(out)
-
-
-configs = (
-    [
-        dict(
-            method=f"chain K={k}",
-            kind="chain",
-            K=k,
-            budget=k,
-            depth=k,
-            shape=(1,) * k,
-            make=lambda k=k: ModelDrafter(draft, k),
-        )
-        for k in CHAIN_KS
-    ]
-    + [
-        dict(
-            method=f"tree n={n} d={d}",
-            kind="tree",
-            budget=n,
-            depth=d,
-            shape=levels(n, d),
-            make=lambda n=n, d=d: TreeDrafter(draft, budget=n, depth=d, top=TOP),
-        )
-        for d in TREE_DEPTHS
-        for n in PILOT_BUDGETS[d]
-    ]
-    + [
-        dict(
-            method=f"chain + leaves K={k} v={v}",
-            kind="chain + leaves",
-            K=k,
-            budget=3 * k,
-            depth=k,
-            min_value=v,
-            make=lambda k=k, v=v: spine(k, v),
-        )
-        for k in CHAIN_KS
-        for v in SPINE_VALUES
-    ]
-)
-pilot_methods = {"AR": lambda ids, i: generate(target, ids, MAX_NEW_TOKENS, sampling=GREEDY)}
-pilot_methods.update(
-    {
-        c["method"]: lambda ids, i, make=c["make"]: generate(
-            target, ids, MAX_NEW_TOKENS, drafter=make(), sampling=GREEDY
-        )
-        for c in configs
-    }
-)
+configs = th.pilot_configs(draft, CHAIN_KS, TREE_DEPTHS, PILOT_BUDGETS, SPINE_VALUES, TOP)
+pilot_methods = th.pilot_methods(target, configs, MAX_NEW_TOKENS)  # AR and every configuration
 pilot_runs = study.step(
     "pilot_runs",
     lambda: bench.paired_runs(pilot_prompts, pilot_methods, progress=tqdm).assign(**meta),
@@ -653,68 +342,15 @@ pilot_runs = study.step(
         "THREADS",
     ],
 )
-sums = pilot_runs.groupby("method", sort=False)[
-    ["target_calls", "accepted", "drafted", "draft_s", "verify_s", "new_tokens", "seconds"]
-].sum()
-steps = sums.target_calls
-per_step = pd.DataFrame(
-    dict(
-        tokens_per_step=(sums.accepted + steps) / steps,
-        draft_s=sums.draft_s / steps,
-        verify_s=sums.verify_s / steps,
-        drafted_per_step=sums.drafted / steps,
-        tokens_per_s=sums.new_tokens / sums.seconds,
-    )
-)
-# chain + leaves trees: no leaf drafted = the chain itself; otherwise identified by the leaves drafted per prompt
-for c in (c for c in configs if c["kind"] == "chain + leaves"):
-    g = pilot_runs[pilot_runs.method == c["method"]].sort_values(["prompt", "round"])
-    no_leaves = (g.drafted == c["K"] * g.target_calls).all()
-    c["shape"] = (1,) * c["K"] if no_leaves else ("leaves", c["K"], tuple(int(x) for x in g.drafted))
-first_with = {}
-pilot = pd.DataFrame([{k: v for k, v in c.items() if k != "make"} for c in configs])
-pilot["duplicate_of"] = [first_with.setdefault(c["shape"], c["method"]) for c in configs]
-pilot["shape"] = pilot["shape"].map(str)
-pilot["duplicate_of"] = pilot.duplicate_of.where(pilot.duplicate_of != pilot.method)
-pilot = pilot.merge(
-    bench.speedup_table(pilot_runs, seed=SEED)[["method", "speedup", "lo", "hi", "total_ratio"]], on="method"
-).join(per_step, on="method")
-distinct = pilot.duplicate_of.isna()
-eligible = pilot[distinct | ~pilot.kind.isin(pilot.kind[distinct])]  # a kind without a distinct row keeps all
-pilot["chosen"] = pilot.index.isin(eligible.groupby("kind", sort=False).speedup.idxmax())
-best_chain, best_tree, best_spine = (
-    pilot[pilot.chosen & (pilot.kind == k)].iloc[0] for k in ("chain", "tree", "chain + leaves")
-)
+pilot = th.pilot_table(pilot_runs, configs, seed=SEED)  # one row per configuration, duplicates marked
+best_chain, best_tree, best_spine = th.best_per_kind(pilot)
 K_CHAIN, TREE_BUDGET, TREE_DEPTH_BEST = int(best_chain.K), int(best_tree.budget), int(best_tree.depth)
 K_SPINE, SPINE_VALUE = int(best_spine.K), float(best_spine.min_value)
 results.save(pilot.assign(**meta), f"{NB}/pilot")
 display(pilot.round(4))
-
-# every budget at the chosen depth: within one depth each budget draws its own tree shape
-tp = pilot[(pilot.kind == "tree") & (pilot.depth == TREE_DEPTH_BEST)].set_index("budget")
-budget_rows = []
-for b in BATCHES:
-    g = verify[(verify.strategy == "closed_form") & (verify.batch == b)]
-    T = dict(zip(g.nodes.astype(int), g.seconds))
-    best_n, rate = bench_tree.choose_budget(T, b, tp.tokens_per_step.to_dict(), tp.draft_s.to_dict())
-    for n, r in rate.items():
-        budget_rows.append(
-            dict(
-                batch=b,
-                budget_per_request=n,
-                depth=TREE_DEPTH_BEST,
-                tokens_per_step=tp.tokens_per_step[n],
-                drafted_per_step=tp.drafted_per_step[n],
-                draft_s=tp.draft_s[n],
-                verify_s=T[n],
-                predicted_tokens_per_s=r,
-                chosen=n == best_n,
-            )
-        )
-budget = pd.DataFrame(budget_rows)
+budget = th.budget_table(pilot, verify, BATCHES, TREE_DEPTH_BEST)  # the cost model at the chosen depth
 results.save(budget.assign(**meta), f"{NB}/budget")
-chosen = budget[budget.chosen].set_index("batch")
-display(chosen[["budget_per_request", "tokens_per_step", "draft_s", "verify_s", "predicted_tokens_per_s"]].round(4))
+display(budget[budget.chosen].set_index("batch")[th.BUDGET_COLUMNS].round(4))
 
 # %% [markdown]
 # ### Pilot and cost model: which shape, and how many nodes per request
@@ -732,118 +368,11 @@ display(chosen[["budget_per_request", "tokens_per_step", "draft_s", "verify_s", 
 # batches afford smaller trees.
 
 # %%
-fig, axes = plt.subplots(1, 2, figsize=(12, 4.6))
-for i, d in enumerate(TREE_DEPTHS):
-    g = pilot[(pilot.kind == "tree") & (pilot.depth == d)]
-    axes[0].plot(g.drafted_per_step, g.speedup, "o-", color=f"C{i}", label=f"tree, depth {d}")
-g = pilot[pilot.kind == "chain"]
-axes[0].plot(g.drafted_per_step, g.speedup, "s--", color="k", label="chain, K draft tokens")
-for j, v in enumerate(SPINE_VALUES):
-    g = pilot[(pilot.kind == "chain + leaves") & (pilot.min_value == v)]
-    axes[0].plot(
-        g.drafted_per_step, g.speedup, "^:", color=f"C{len(TREE_DEPTHS) + j}", label=f"chain K + leaves, value ≥ {v}"
-    )
-c_ = pilot[pilot.chosen]
-axes[0].scatter(
-    c_.drafted_per_step,
-    c_.speedup,
-    s=180,
-    facecolors="none",
-    edgecolors="C3",
-    lw=2,
-    zorder=3,
-    label="chosen (per kind)",
-)
-axes[0].axhline(1, color="k", lw=0.8)
-axes[0].set(
-    xscale="log",
-    xlabel="draft nodes per step (mean, as drafted)",
-    ylabel="speedup over AR (pilot, batch 1)",
-    title="Pilot: tree shapes vs chains",
-)
-ticks = [
-    t for t in (1, 2, 4, 8, 16, 32, 64) if pilot.drafted_per_step.min() / 1.5 <= t <= pilot.drafted_per_step.max() * 1.5
-]
-axes[0].set_xticks(ticks, [str(t) for t in ticks])
-axes[0].minorticks_off()
-axes[0].legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, frameon=False)
-for i, (b, g) in enumerate(budget.groupby("batch")):
-    axes[1].plot(g.budget_per_request, g.predicted_tokens_per_s, "o-", color=f"C{i}", label=f"batch {b}")
-    c = g[g.chosen].iloc[0]
-    axes[1].scatter(
-        [c.budget_per_request], [c.predicted_tokens_per_s], s=150, facecolors="none", edgecolors=f"C{i}", lw=2
-    )
-axes[1].set(
-    xscale="log",
-    xlabel="tree budget per request (nodes)",
-    ylabel="predicted tokens / s (batch)",
-    title=f"Cost model, depth {TREE_DEPTH_BEST}: where the budget pays",
-)
-bticks = sorted(budget.budget_per_request.unique())
-axes[1].set_xticks(bticks, [str(int(t)) for t in bticks])
-axes[1].minorticks_off()
-axes[1].legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=4, frameon=False)
-savefig(fig, f"{NB}_budget")
+savefig(th.budget_figure(pilot, budget, TREE_DEPTHS, SPINE_VALUES), f"{NB}_budget")
 plt.show()
-BATCH_BUDGET = int(chosen.budget_per_request.get(DECODE_BATCH, chosen.budget_per_request.iloc[-1]))
-
-
-def fmt(r):
-    return f"{r.speedup:.2f}x AR in the pilot, CI {r.lo:.2f}–{r.hi:.2f}"
-
-
-display(
-    Markdown(
-        f"Best chain: **K = {K_CHAIN}** ({fmt(best_chain)}); best tree: **{TREE_BUDGET} nodes, depth {TREE_DEPTH_BEST}** "
-        f"({fmt(best_tree)}; {best_tree.tokens_per_step:.2f} tokens per step, {best_tree.drafted_per_step:.1f} nodes); "
-        f"best chain + leaves: **K = {K_SPINE}, leaf value ≥ {SPINE_VALUE}** ({fmt(best_spine)}; "
-        f"{best_spine.tokens_per_step:.2f} tokens per step, {best_spine.drafted_per_step:.1f} nodes). "
-        f"Batch 1 decodes with the pilot's measured best; for larger batches the cost model decides (its own batch-1 "
-        f"choice, {int(chosen.budget_per_request.iloc[0])}, shows how far a profile of random trees is from real drafts). "
-        f"Cost-model budget per request by batch size: "
-        + ", ".join(f"{b}: {int(r.budget_per_request)}" for b, r in chosen.iterrows())
-        + "."
-    )
-)
-dups = pilot[pilot.duplicate_of.notna()]
-noise = "; ".join(
-    f"{r.method} draws the same trees as {r.duplicate_of}: {r.speedup:.2f}x vs "
-    f"{pilot.set_index('method').speedup[r.duplicate_of]:.2f}x"
-    for r in dups.itertuples()
-)
-others = eligible[~eligible.index.isin(pilot.index[pilot.chosen])]
-close = others[others.hi >= others.kind.map(pilot[pilot.chosen].set_index("kind").speedup)]
-used = best_tree.drafted_per_step
-display(
-    Markdown(
-        "**Reading.** "
-        + (
-            f"Configurations that drafted the same trees give the pilot's noise level directly — {noise}. "
-            if len(dups)
-            else "No two configurations drafted the same trees, so the pilot gives no direct "
-            "measure of its own noise beyond its intervals. "
-        )
-        + f"With {PILOT_PROMPTS} pilot prompts the intervals are wide: {len(close)} of the {len(others)} configurations not "
-        f"chosen have an upper interval end at or above the chosen speedup of their kind, so the pilot ranks the shapes "
-        f"only roughly, and section 5 settles tree against chain on {N_PROMPTS} other prompts. The chosen tree (budget "
-        f"{TREE_BUDGET}, depth {TREE_DEPTH_BEST}) drafts {used:.1f} nodes per step on average"
-        + (
-            f", fewer than its budget, while the cost model's verify profile T_b({TREE_BUDGET}) prices a full "
-            f"{TREE_BUDGET}-node tree, so it is a little pessimistic about this budget. "
-            if used < TREE_BUDGET - 0.5
-            else ". "
-        )
-        + f"In the right panel the predicted rate at the chosen budget goes from "
-        f"{chosen.predicted_tokens_per_s.iloc[0]:.0f} tokens/s at batch {chosen.index[0]} to "
-        f"{chosen.predicted_tokens_per_s.iloc[-1]:.0f} at batch {chosen.index[-1]} "
-        + (
-            "(batching raises throughput)"
-            if chosen.predicted_tokens_per_s.iloc[-1] > chosen.predicted_tokens_per_s.iloc[0]
-            else "(batching does not raise the predicted throughput here)"
-        )
-        + "; the budget a request can afford is where its curve peaks."
-    )
-)
+BATCH_BUDGET = th.batch_budget(budget, DECODE_BATCH)  # the cost model's budget per request at DECODE_BATCH
+for text in th.pilot_notes(pilot, budget, PILOT_PROMPTS, N_PROMPTS):
+    display(Markdown(text))
 
 # %% [markdown]
 # ## 5 · End-to-end decoding on `hybrid-target`
@@ -867,63 +396,17 @@ display(
 # paired.
 
 # %%
-chain = f"chain SD (K = {K_CHAIN})"
-tree, mat, leaves = "tree SD, closed_form", "tree SD, materialize", "tree SD (chain + leaves), closed_form"
-
-
-def eagle():
-    return TreeDrafter(draft, budget=TREE_BUDGET, depth=TREE_DEPTH_BEST, top=TOP)
-
-
-decode_methods = {
-    "AR": lambda ids, i: generate(target, ids, MAX_NEW_TOKENS, sampling=GREEDY),
-    chain: lambda ids, i: generate(target, ids, MAX_NEW_TOKENS, drafter=ModelDrafter(draft, K_CHAIN), sampling=GREEDY),
-    tree: lambda ids, i: generate(target, ids, MAX_NEW_TOKENS, drafter=eagle(), sampling=GREEDY),
-    mat: lambda ids, i: generate(
-        target.view(strategy="materialize"), ids, MAX_NEW_TOKENS, drafter=eagle(), sampling=GREEDY
-    ),
-    leaves: lambda ids, i: generate(target, ids, MAX_NEW_TOKENS, drafter=spine(K_SPINE, SPINE_VALUE), sampling=GREEDY),
-}
+chain, tree, mat, leaves = th.method_names(K_CHAIN)
+decode_methods = th.decode_methods(
+    target, draft, K_CHAIN, TREE_BUDGET, TREE_DEPTH_BEST, K_SPINE, SPINE_VALUE, MAX_NEW_TOKENS, TOP
+)
 # the step's table is decode_paired: "decode" is the summary saved below
 decode = study.step(
     "decode_paired",
     lambda: bench.paired_runs(prompts, decode_methods, progress=tqdm).assign(**meta),
     uses=["pilot_runs", "verify"],
 )
-decode["drafted_per_call"] = decode.drafted / decode.target_calls.clip(lower=1)
-per_method = decode.groupby("method", sort=False).agg(
-    tokens_per_s=("tokens_per_s", "median"), drafted_per_call=("drafted_per_call", "mean")
-)
-ar_rows = decode[decode.method == "AR"]
-summary1 = pd.concat(
-    [
-        pd.DataFrame(
-            [
-                dict(
-                    method="AR",
-                    speedup=1.0,
-                    lo=1.0,
-                    hi=1.0,
-                    total_ratio=1.0,
-                    tokens_per_call=ar_rows.tokens_per_call.mean(),
-                    identical=len(ar_rows),
-                    runs=len(ar_rows),
-                )
-            ]
-        ),
-        bench.speedup_table(decode, seed=SEED),
-    ],
-    ignore_index=True,
-).join(per_method, on="method")
-vs_chain = {m: bench.speedup(decode, m, reference=chain, seed=SEED) for m in (tree, mat, leaves)}  # paired per prompt
-for col, key in [
-    ("vs_chain", "speedup"),
-    ("vs_chain_lo", "lo"),
-    ("vs_chain_hi", "hi"),
-    ("vs_chain_total", "total_ratio"),
-]:
-    summary1[col] = summary1.method.map({m: v[key] for m, v in vs_chain.items()})
-summary1 = summary1.rename(columns={"runs": "of"}).assign(batch=1)
+summary1 = th.decode_summary(decode, K_CHAIN, seed=SEED)  # batch 1, with each tree's paired ratio to the chain
 
 # %% [markdown]
 # ### Batch > 1
@@ -946,92 +429,29 @@ summary1 = summary1.rename(columns={"runs": "of"}).assign(batch=1)
 
 
 # %%
-def batched_runs():
-    groups = [list(range(s, s + DECODE_BATCH)) for s in range(0, len(prompts) - DECODE_BATCH + 1, DECODE_BATCH)]
-    batch_drafts = [speclib.load(DRAFT, device=DEVICE) for _ in range(DECODE_BATCH)]  # one draft state per request
-    batch_rows = []
-    for gi, idx in enumerate(tqdm(groups, desc="batches")):
-        ps = [prompts[i] for i in idx]
-        runs = {
-            "AR": None,
-            chain: [ModelDrafter(d, K_CHAIN) for d in batch_drafts],
-            tree: [TreeDrafter(d, budget=BATCH_BUDGET, depth=TREE_DEPTH_BEST, top=TOP) for d in batch_drafts],
-        }
-        ar_tokens = None
-        for name, drafters in runs.items():
-            t0 = clock(target.device)
-            out = generate_batch([target.view() for _ in ps], ps, MAX_NEW_TOKENS, drafters=drafters, sampling=GREEDY)
-            secs = clock(target.device) - t0
-            toks = [g.tokens for g in out]
-            ar_tokens = toks if name == "AR" else ar_tokens
-            batch_rows.append(
-                dict(
-                    group=gi,
-                    method=name,
-                    seconds=secs,
-                    new_tokens=sum(map(len, toks)),
-                    tokens_per_call=np.mean([g.stats.tokens_per_call for g in out]),
-                    identical=sum(a == b for a, b in zip(toks, ar_tokens)),
-                    of=len(ps),
-                )
-            )
-    batched = pd.DataFrame(batch_rows)
-    return batched.assign(**meta)
-
-
-batched = study.step("batched", batched_runs, uses=["pilot_runs", "verify", "DECODE_BATCH"])
-batched["tokens_per_s"] = batched.new_tokens / batched.seconds
-ar_b = batched[batched.method == "AR"].set_index("group")
-summary_b = []
-for name, g in batched.groupby("method", sort=False):
-    g = g.set_index("group")
-    ratio = (g.tokens_per_s / ar_b.tokens_per_s.loc[g.index]).to_numpy()
-    est, lo, hi = stats.bootstrap_ci(ratio, seed=SEED) if len(ratio) > 1 else (ratio[0], np.nan, np.nan)
-    total = (g.new_tokens.sum() / g.seconds.sum()) / (ar_b.new_tokens.sum() / ar_b.seconds.sum())
-    summary_b.append(
-        dict(
-            method=name,
-            batch=DECODE_BATCH,
-            speedup=est,
-            lo=lo,
-            hi=hi,
-            total_ratio=total,
-            tokens_per_s=g.tokens_per_s.median(),
-            tokens_per_call=g.tokens_per_call.mean(),
-            drafted_per_call=np.nan,
-            identical=int(g.identical.sum()),
-            of=int(g.of.sum()),
-        )
-    )
-summary = pd.concat([summary1, pd.DataFrame(summary_b)], ignore_index=True).assign(
-    tree_budget=TREE_BUDGET, tree_depth=TREE_DEPTH_BEST, batch_budget=BATCH_BUDGET, chain_k=K_CHAIN, **meta
+batched = study.step(
+    "batched",
+    lambda: th.batched_runs(
+        target,
+        DRAFT,
+        DEVICE,
+        prompts,
+        DECODE_BATCH,
+        K_CHAIN,
+        BATCH_BUDGET,
+        TREE_DEPTH_BEST,
+        MAX_NEW_TOKENS,
+        TOP,
+        meta,
+        progress=tqdm,
+    ),
+    uses=["pilot_runs", "verify", "DECODE_BATCH"],
 )
+choices = dict(tree_budget=TREE_BUDGET, tree_depth=TREE_DEPTH_BEST, batch_budget=BATCH_BUDGET, k_chain=K_CHAIN)
+summary = th.decode_table(summary1, batched, DECODE_BATCH, SEED, **choices, meta=meta)
 results.save(summary, f"{NB}/decode")
-results.save(
-    pd.concat([decode.assign(batch=1), batched.assign(batch=DECODE_BATCH)]).drop(columns="git_sha").assign(**meta),
-    f"{NB}/decode_runs",
-)
-display(
-    summary[
-        [
-            "method",
-            "batch",
-            "speedup",
-            "lo",
-            "hi",
-            "total_ratio",
-            "vs_chain",
-            "vs_chain_lo",
-            "vs_chain_hi",
-            "vs_chain_total",
-            "tokens_per_s",
-            "tokens_per_call",
-            "drafted_per_call",
-            "identical",
-            "of",
-        ]
-    ].round(3)
-)
+results.save(th.decode_runs(decode, batched, DECODE_BATCH, meta), f"{NB}/decode_runs")
+display(summary[th.DECODE_COLUMNS].round(3))
 
 # %% [markdown]
 # ### End-to-end speedups
@@ -1046,77 +466,10 @@ display(
 # tree/chain ratio in the text below is the sharper comparison.
 
 # %%
-bars = summary[summary.method != "AR"].reset_index(drop=True)
-fig, ax = plt.subplots(figsize=(8.5, 0.5 * len(bars) + 1.4))
-y = np.arange(len(bars))[::-1]
-lo_err = (bars.speedup - bars.lo.fillna(bars.speedup)).clip(lower=0)
-hi_err = (bars.hi.fillna(bars.speedup) - bars.speedup).clip(lower=0)
-ax.barh(
-    y, bars.speedup, xerr=[lo_err, hi_err], capsize=3, height=0.65, color=[f"C{0 if b == 1 else 1}" for b in bars.batch]
-)
-for yi, (sp, hi) in zip(y, zip(bars.speedup, bars.hi.fillna(bars.speedup))):
-    ax.text(max(sp, hi) + 0.02, yi, f"{sp:.2f}x", va="center", fontsize=8)
-ax.axvline(1, color="k", lw=0.8)
-ax.set_yticks(y, [f"{m} (batch {b})" for m, b in zip(bars.method, bars.batch)], fontsize=9)
-ax.set_xlim(0, float(np.nanmax(bars.hi.fillna(bars.speedup))) * 1.15)
-ax.set(xlabel="speedup over AR at the same batch size (AR = 1)", title="End-to-end greedy decoding on hybrid-target")
-ax.grid(axis="y", visible=False)
-savefig(fig, f"{NB}_decode")
+savefig(th.decode_figure(summary), f"{NB}_decode")
 plt.show()
-s1 = summary[summary.batch == 1].set_index("method")
-sb = summary[summary.batch == DECODE_BATCH].set_index("method")
-
-
-def ci(r, m):
-    return f"95% CI {r.lo[m]:.2f}–{r.hi[m]:.2f}, total-time ratio {r.total_ratio[m]:.2f}x"
-
-
-def vs_txt(m):
-    return (
-        f"{s1.vs_chain[m]:.2f}x (CI {s1.vs_chain_lo[m]:.2f}–{s1.vs_chain_hi[m]:.2f}, "
-        f"total-time ratio {s1.vs_chain_total[m]:.2f}x)"
-    )
-
-
-display(
-    Markdown(
-        f"Batch 1: tree SD (closed form) **{s1.speedup[tree]:.2f}x** over AR ({ci(s1, tree)}, "
-        f"{s1.tokens_per_call[tree]:.2f} tokens per call), chain SD {s1.speedup[chain]:.2f}x ({ci(s1, chain)}, "
-        f"{s1.tokens_per_call[chain]:.2f} tokens per call), tree SD with materialised states {s1.speedup[mat]:.2f}x "
-        f"({ci(s1, mat)}), chain + leaves tree SD **{s1.speedup[leaves]:.2f}x** ({ci(s1, leaves)}; "
-        f"{s1.tokens_per_call[leaves]:.2f} tokens per call, {s1.drafted_per_call[leaves]:.1f} nodes). Against the chain on "
-        f"the same prompts (the tree's speed over the chain's): EAGLE-2 tree {vs_txt(tree)}, chain + leaves "
-        f"**{vs_txt(leaves)}**. Batch {DECODE_BATCH}: tree SD {sb.speedup[tree]:.2f}x and chain SD {sb.speedup[chain]:.2f}x "
-        f"the throughput of batched AR (median over {batched.group.nunique()} groups; total-time ratios {sb.total_ratio[tree]:.2f}x and "
-        f"{sb.total_ratio[chain]:.2f}x). Outputs identical to AR: {int(summary.identical.sum())}/{int(summary.of.sum())} "
-        f"(AR rows compare with themselves)."
-    )
-)
-vs = s1.vs_chain[tree], s1.vs_chain_lo[tree], s1.vs_chain_hi[tree]
-verdict_tree = (
-    "reliably faster than" if vs[1] > 1 else "reliably slower than" if vs[2] < 1 else "not distinguishable from"
-)
-display(
-    Markdown(
-        f"**Reading.** The EAGLE-2 tree commits {s1.tokens_per_call[tree] / s1.tokens_per_call[chain]:.2f}x the tokens per "
-        f"target call of the chain ({s1.tokens_per_call[tree]:.2f} vs {s1.tokens_per_call[chain]:.2f}) while drafting "
-        f"{s1.drafted_per_call[tree]:.0f} nodes per call against the chain's {s1.drafted_per_call[chain]:.0f}; in wall "
-        f"clock it is {verdict_tree} the chain on the same prompts (paired ratio {vs[0]:.2f}, CI {vs[1]:.2f}–{vs[2]:.2f}). "
-        f"Extra tokens per call do not translate one for one into speed: each call of the tree also costs more to "
-        f"draft and to verify. Same trees, other state strategy: materialising a state per node runs at "
-        f"{s1.speedup[mat]:.2f}x against {s1.speedup[tree]:.2f}x for the closed form, with identical tokens per call "
-        f"({s1.tokens_per_call[mat]:.2f}) — the whole difference is the cost of the per-node states, and without the "
-        f"closed form the tree would be {'slower' if s1.speedup[mat] < s1.speedup[chain] else 'no slower'} than the "
-        f"plain chain. At batch {DECODE_BATCH}: {sb.speedup[tree]:.2f}x (tree) and {sb.speedup[chain]:.2f}x (chain) the "
-        f"throughput of batched AR"
-        + (
-            ", smaller gains than at batch 1, in line with section 3: batching already uses the hardware that "
-            "speculation exploits at batch 1."
-            if max(sb.speedup[tree], sb.speedup[chain]) < s1.speedup[tree]
-            else ", not smaller than at batch 1 here."
-        )
-    )
-)
+for text in th.decode_notes(summary, batched, DECODE_BATCH):
+    display(Markdown(text))
 
 # %% [markdown]
 # ## 6 · Component-aware self-speculation
@@ -1146,64 +499,21 @@ display(
 
 
 # %%
-def ablation_loss():
-    stream = train.token_stream("heldout", target.tokenizer)
-    held = [
-        stream[s : s + 257].astype(int).tolist() for s in np.linspace(0, len(stream) - 258, EVAL_WINDOWS).astype(int)
-    ]
-    loss = {
-        "hybrid-target (full)": bench_tree.heldout_loss(target.view(), held),
-        "linear-only subgraph (attention layers skipped)": bench_tree.heldout_loss(
-            target.view(skip_attention=True), held
-        ),
-        f"{DRAFT} (separate draft)": bench_tree.heldout_loss(draft, held),
-    }
-    return pd.DataFrame([dict(model=m, heldout_loss=l, perplexity=float(np.exp(l))) for m, l in loss.items()]).assign(
-        **meta
-    )
-
-
-losses = study.step("ablation_loss", ablation_loss, uses=["TARGET", "DRAFT", "EVAL_WINDOWS"])
-self_methods = {"AR": lambda ids, i: generate(target, ids, MAX_NEW_TOKENS, sampling=GREEDY)}
-for k in SELF_KS:
-    self_methods[f"self (linear subgraph) k={k}"] = lambda ids, i, k=k: generate(
-        target, ids, MAX_NEW_TOKENS, drafter=SelfDrafter(target, k), sampling=GREEDY
-    )
-    self_methods[f"{DRAFT} k={k}"] = lambda ids, i, k=k: generate(
-        target, ids, MAX_NEW_TOKENS, drafter=ModelDrafter(draft, k), sampling=GREEDY
-    )
+losses = study.step(
+    "ablation_loss",
+    lambda: th.ablation_loss(target, draft, DRAFT, EVAL_WINDOWS, meta),
+    uses=["TARGET", "DRAFT", "EVAL_WINDOWS"],
+)
+self_methods = th.self_methods(target, draft, DRAFT, SELF_KS, MAX_NEW_TOKENS)  # AR, self-draft and draft per k
 self_runs = study.step(
     "selfspec_runs",
     lambda: bench.paired_runs(prompts, self_methods, progress=tqdm).assign(**meta),
     uses=["TARGET", "DRAFT", "SELF_KS", "N_PROMPTS", "MAX_NEW_TOKENS", "SEED", "THREADS"],
 )
-selfspec = bench.speedup_table(self_runs, seed=SEED).rename(columns={"acceptance": "acceptance_rate", "runs": "of"})
-selfspec["drafter"] = selfspec.method.str.rsplit(" k=", n=1).str[0]
-selfspec["k"] = selfspec.method.str.rsplit(" k=", n=1).str[1].astype(int)
-self_sums = self_runs.groupby("method")[["draft_s", "drafted"]].sum()
-selfspec["draft_ms_per_token"] = selfspec.method.map(1e3 * self_sums.draft_s / self_sums.drafted)
-ar_runs = self_runs[self_runs.method == "AR"]
-loss = dict(zip(losses.model, losses.heldout_loss))
+selfspec = th.selfspec_table(self_runs, seed=SEED)
 results.save(selfspec.assign(**meta), f"{NB}/selfspec")
 display(losses.round(3))
-display(
-    selfspec[
-        [
-            "drafter",
-            "k",
-            "speedup",
-            "lo",
-            "hi",
-            "total_ratio",
-            "acceptance_rate",
-            "token_acceptance",
-            "draft_ms_per_token",
-            "tokens_per_call",
-            "identical",
-            "of",
-        ]
-    ].round(3)
-)
+display(selfspec[th.SELFSPEC_COLUMNS].round(3))
 
 # %% [markdown]
 # ### Self-speculation against a separate draft
@@ -1219,77 +529,11 @@ display(
 # one whose speedup rises with k has cheap drafts and acceptance that holds up along the chain.
 
 # %%
-fig, axes = plt.subplots(1, 2, figsize=(12, 4.4))
-for i, (name, g) in enumerate(selfspec.groupby("drafter", sort=False)):
-    axes[0].plot(g.k, g.acceptance_rate, "o-", color=f"C{i}", label=f"{name}: accepted / drafted")
-    axes[0].plot(g.k, g.token_acceptance, "s:", color=f"C{i}", label=f"{name}: per token")
-    axes[1].errorbar(
-        g.k, g.speedup, yerr=[g.speedup - g.lo, g.hi - g.speedup], fmt="o-", capsize=3, color=f"C{i}", label=name
-    )
-axes[0].plot([2, 2], [0.68, 0.038], "k*", ms=11, label="component-aware study: Falcon-H1 / Qwen3.5 (k = 2)")
-for yv, who in [(0.68, "Falcon-H1"), (0.038, "Qwen3.5")]:
-    axes[0].annotate(who, (2, yv), xytext=(8, -3), textcoords="offset points", fontsize=8)
-axes[0].set(xlabel="draft length k", ylabel="acceptance", ylim=(0, 1), title="Self-speculation vs a separate draft")
-axes[1].axhline(1, color="k", lw=0.8)
-axes[1].set(xlabel="draft length k", ylabel="speedup over AR (median per prompt)", title="Greedy decoding, batch 1")
-for ax in axes:
-    ax.set_xticks(SELF_KS)
-    ax.legend(
-        fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=1 if ax is axes[0] else 2, frameon=False
-    )
-savefig(fig, f"{NB}_selfspec")
+savefig(th.selfspec_figure(selfspec, SELF_KS), f"{NB}_selfspec")
 plt.show()
-s2 = selfspec.set_index(["drafter", "k"])
-k2 = 2 if 2 in SELF_KS else SELF_KS[-1]
-lf = losses.set_index("model").heldout_loss
-display(
-    Markdown(
-        f"At k = {k2} the linear-only subgraph's drafts are accepted at rate {s2.acceptance_rate['self (linear subgraph)', k2]:.3f} "
-        f"(the separate draft: {s2.acceptance_rate[DRAFT, k2]:.3f}); skipping the {len(target.is_gdn) - sum(target.is_gdn)} attention "
-        f"layers raises held-out loss from {lf.iloc[0]:.3f} to {lf.iloc[1]:.3f} nats/token (perplexity "
-        f"{np.exp(lf.iloc[0]):.1f} -> {np.exp(lf.iloc[1]):.1f}). Speedup at k = {k2}, the component-aware study's k (fixed "
-        f"in advance, not tuned on these prompts): "
-        + "; ".join(
-            f"{'self-speculation' if d.startswith('self') else 'the separate draft'} {r.speedup:.2f}x "
-            f"(95% CI {r.lo:.2f}–{r.hi:.2f}, total-time ratio {r.total_ratio:.2f}x; over every k tried "
-            f"{g.speedup.min():.2f}–{g.speedup.max():.2f}x)"
-            for d, g, r in ((d, g, g[g.k == k2].iloc[0]) for d, g in selfspec.groupby("drafter", sort=False))
-        )
-        + ". "
-        f"Outputs identical to AR: {int(selfspec.identical.sum())}/{int(selfspec.of.sum())}."
-    )
-)
-ms_self = s2.draft_ms_per_token["self (linear subgraph)"].median()
-ms_sep = s2.draft_ms_per_token[DRAFT].median()
-ta_self = s2.token_acceptance["self (linear subgraph)"].median()
-ta_sep = s2.token_acceptance[DRAFT].median()
-ar_ms = 1e3 * ar_runs.seconds.sum() / ar_runs.new_tokens.sum()
-a_self2 = s2.acceptance_rate["self (linear subgraph)", k2]
-display(
-    Markdown(
-        f"**Reading.** Per-token acceptance (median over k): self-draft {ta_self:.2f}, separate draft {ta_sep:.2f}. "
-        f"A self-drafted token costs {ms_self:.2f} ms, a separate-draft token {ms_sep:.2f} ms, against "
-        f"{ar_ms:.2f} ms per token for AR decoding with the full model — c ≈ {ms_self / ar_ms:.2f} for the self-draft "
-        f"and {ms_sep / ar_ms:.2f} for the separate one. "
-        + (
-            "The subgraph is both less accurate and far more expensive per token, so it loses on both terms of the "
-            "analytic model; "
-            if ta_self < ta_sep and ms_self > ms_sep
-            else "The two drafters trade accuracy against cost; "
-        )
-        + f"removing the attention layers multiplies perplexity by {np.exp(lf.iloc[1] - lf.iloc[0]):.1f} "
-        f"({np.exp(lf.iloc[0]):.1f} → {np.exp(lf.iloc[1]):.1f}), and the subgraph's acceptance rate at k = {k2}, "
-        f"{a_self2:.2f}, lies closer to the component-aware study's "
-        f"{'Falcon-H1 (0.68)' if abs(a_self2 - 0.68) < abs(a_self2 - 0.038) else 'Qwen3.5 (0.038)'} value. "
-        + (
-            "Acceptance alone does not decide it, though: with c this far from 0 the subgraph stays slower than AR "
-            "at every k, and self-speculation would need a subgraph that is much cheaper than the model (fewer layers "
-            "kept) while staying close to it in loss."
-            if selfspec[selfspec.drafter.str.startswith("self")].speedup.max() < 1
-            else "At its best k the self-draft beats AR; whether it beats the separate draft is in the right panel."
-        )
-    )
-)
+n_attention = len(target.is_gdn) - sum(target.is_gdn)  # the layers the subgraph skips
+for text in th.selfspec_notes(selfspec, losses, self_runs, DRAFT, SELF_KS, n_attention):
+    display(Markdown(text))
 
 # %% [markdown]
 # ## 7 · A feature-level head on the hybrid target: tree vs chain
@@ -1313,105 +557,35 @@ display(
 # time per call, relative to one AR step.
 
 # %%
-from speclib import FeatureDrafter, load_head
-
-head = load_head(HEAD)
+head = speclib.load_head(HEAD)
 target_f = speclib.load(TARGET, device=DEVICE)  # records the head's features; AR's target does not
 target_mat = target_f.view(strategy="materialize")  # same weights, a full state per pending node
-head_trees = [tuple(t) for t in HEAD_TREES]
-
-
-def head_methods(chains, trees, materialize=False):
-    def run(lm, make):
-        return lambda ids, i: generate(lm, ids, MAX_NEW_TOKENS, drafter=make(), sampling=GREEDY)
-
-    m = {"AR": lambda ids, i: generate(target, ids, MAX_NEW_TOKENS, sampling=GREEDY)}
-    for k in chains:
-        m[f"head chain K={k}"] = run(target_f, lambda k=k: FeatureDrafter(target_f, head, k=k))
-    for d, n in trees:
-        m[f"head tree d={d} n={n}"] = run(
-            target_f, lambda d=d, n=n: FeatureDrafter(target_f, head, k=d, tree=n, top=TOP)
-        )
-        if materialize:
-            m[f"head tree d={d} n={n}, materialize"] = run(
-                target_mat, lambda d=d, n=n: FeatureDrafter(target_mat, head, k=d, tree=n, top=TOP)
-            )
-    return m
-
-
-def head_decode():
-    pilot = bench.paired_runs(pilot_prompts, head_methods(HEAD_KS, head_trees), progress=tqdm)
-    t = bench.speedup_table(pilot, seed=SEED)
-    best_chain = t[t.method.str.contains("chain")].sort_values("speedup").method.iloc[-1]
-    best_tree = t[t.method.str.contains("tree")].sort_values("speedup").method.iloc[-1]
-    k = int(best_chain.split("=")[1])
-    d, n = (int(x) for x in re.findall(r"=(\d+)", best_tree))
-    report = bench.paired_runs(prompts, head_methods([k], [(d, n)], materialize=True), progress=tqdm)
-    return pd.concat([pilot.assign(split="pilot"), report.assign(split="report")], ignore_index=True).assign(**meta)
-
-
 hdec = study.step(
     "head_decode",
-    head_decode,
+    lambda: th.head_decode(
+        target,
+        target_f,
+        target_mat,
+        head,
+        pilot_prompts,
+        prompts,
+        HEAD_KS,
+        HEAD_TREES,
+        MAX_NEW_TOKENS,
+        TOP,
+        SEED,
+        meta,
+        progress=tqdm,
+    ),
     uses=["TARGET", "HEAD", "HEAD_KS", "HEAD_TREES", "N_PROMPTS", "PILOT_PROMPTS", "MAX_NEW_TOKENS", "SEED", "THREADS"],
 )
-rep = hdec[hdec.split == "report"]
-h_chain = next(m for m in rep.method.unique() if "chain" in m)
-h_tree = next(m for m in rep.method.unique() if "tree" in m and "materialize" not in m)
-htab = bench.speedup_table(rep, seed=SEED).set_index("method")
-tree_vs_chain = bench.speedup(rep, h_tree, reference=h_chain, seed=SEED)
-ar_step = rep[rep.method == "AR"].seconds.sum() / rep[rep.method == "AR"].new_tokens.sum()
-acct = []
-for m in [h_chain, h_tree]:
-    g = rep[rep.method == m]
-    calls = g.target_calls.sum()
-    acct.append(
-        dict(
-            method=m,
-            tokens_per_call=g.new_tokens.sum() / calls,
-            draft_per_call=g.draft_s.sum() / calls / ar_step,
-            verify_per_call=g.verify_s.sum() / calls / ar_step,
-            drafted_per_call=g.drafted.sum() / calls,
-        )
-    )
-acct = pd.DataFrame(acct).set_index("method")
-head_summary = htab.reset_index().assign(
-    tree_vs_chain=tree_vs_chain["speedup"], tree_vs_chain_lo=tree_vs_chain["lo"], tree_vs_chain_hi=tree_vs_chain["hi"]
-)
+head_summary, acct = th.head_tables(hdec, seed=SEED)  # the reported speedups; per call, what each gains and costs
 results.save(head_summary.assign(**meta), f"{NB}/head_summary")  # not head_decode: that is the step's table
 display(head_summary.round(3))
 display(acct.round(3))
-
-fig, axes = plt.subplots(1, 2, figsize=(12, 3.8))
-order = [h_chain, h_tree, f"{h_tree}, materialize"]
-s = htab.loc[order]
-axes[0].bar(range(3), s.speedup, yerr=[s.speedup - s.lo, s.hi - s.speedup], capsize=4, color=["C1", "C2", "C7"])
-axes[0].axhline(1, color="k", lw=0.8)
-axes[0].set_xticks(range(3), [o.replace("head ", "").replace(", ", "\n") for o in order], fontsize=8)
-axes[0].set(ylabel="speedup over AR", title=f"feature head on {TARGET} ({len(prompts)} reported prompts)")
-acct[["tokens_per_call", "draft_per_call", "verify_per_call"]].T.plot.bar(ax=axes[1], rot=0)
-axes[1].set(ylabel="per target call (tokens, or AR steps of time)", title="What a call gains and costs")
-axes[1].legend(fontsize=8)
-savefig(fig, f"{NB}_head")
+savefig(th.head_figure(head_summary, acct, TARGET, len(prompts)), f"{NB}_head")
 plt.show()
-ident = rep[rep.method != "AR"].same_as_reference
-tc, tt = acct.loc[h_chain], acct.loc[h_tree]
-display(
-    Markdown(
-        f"Pilot choices: **{h_chain}** and **{h_tree}**. Reported: chain {htab.speedup[h_chain]:.2f}x AR (CI {htab.lo[h_chain]:.2f}–"
-        f"{htab.hi[h_chain]:.2f}), tree with the closed form {htab.speedup[h_tree]:.2f}x (CI {htab.lo[h_tree]:.2f}–{htab.hi[h_tree]:.2f}), "
-        f"the same tree materialising states {htab.speedup[order[2]]:.2f}x. Tree over chain, paired per prompt: "
-        f"**{tree_vs_chain['speedup']:.2f}x** (CI {tree_vs_chain['lo']:.2f}–{tree_vs_chain['hi']:.2f}). Per target call the tree gains "
-        f"{tt.tokens_per_call:.2f} tokens against the chain's {tc.tokens_per_call:.2f}, and costs {tt.draft_per_call:.2f} + "
-        f"{tt.verify_per_call:.2f} AR steps (drafting + verification) against {tc.draft_per_call:.2f} + {tc.verify_per_call:.2f}: "
-        + (
-            "the extra tokens pay for the wider pass."
-            if tree_vs_chain["speedup"] > 1
-            else "on this CPU the wider verify pass and the extra drafting cost more than the extra tokens bring."
-        )
-        + f" Greedy outputs identical to AR: {int(ident.sum())}/{len(ident)}."
-    )
-)
+display(Markdown(th.head_notes(hdec, head_summary, acct)))
 
 # %% [markdown]
 # ### This run's steps

@@ -1,0 +1,1 @@
+"""What each numbered notebook computes, one module per study, so a notebook cell only calls speclib."""
