@@ -3,10 +3,11 @@ start of Token Recycling, the Lookahead choice, the fitting logs and the per-ste
 against what it stands for (greedy identity, a copied matrix, the cost model's argmax, the drafter's log)."""
 
 import numpy as np
+import pandas as pd
 import pytest
 from conftest import tiny_lm
 
-from speclib import HybridDrafter, PromptLookupDrafter, Sampling, SuffixDrafter, TokenRecycling, generate
+from speclib import HybridDrafter, Lookahead, PromptLookupDrafter, Sampling, SuffixDrafter, TokenRecycling, generate
 from speclib.drafters.hybrid import Costs
 from speclib.research import hvd
 
@@ -69,3 +70,57 @@ def test_every_source_logs_fit_a_predictor_and_the_record_matches_the_log(target
         assert np.isnan(r["predicted"]) == (s["source"] != "cache")
     gens = [generate(target, p, 10, sampling=GREEDY) for p in PROMPTS]  # AR: one token per pass, prefill too
     assert hvd.tokens_per_call(gens) == pytest.approx(30 / sum(g.stats.target_calls + 1 for g in gens))
+
+
+@pytest.mark.slow  # about a minute and a half on a shared CPU: two predictor fits
+def test_every_source_runs_per_group_and_as_one_block(target):
+    def made(group, pilot):
+        return {
+            "prompt lookup": PromptLookupDrafter(2, 5),
+            "suffix": SuffixDrafter(max_spec=5),
+            "token recycling": pilot.recycling.with_template(3),
+        }
+
+    def compared(group, pilot):
+        return {"prompt lookup": PromptLookupDrafter(2, 5), "lookahead": Lookahead(*pilot.window)}
+
+    costs = Costs({n: 1e-3 * (1 + 0.05 * n) for n in range(1, 20)}, model_token_s=0.0)
+    common = dict(t_of=lambda n: 1.0 + 0.1 * n, lookahead_grid=[(2, 2, 1), (2, 3, 1)], max_new_tokens=8)
+    sources = ["prompt lookup", "suffix", "token recycling"]
+    groups = {"a": (PROMPTS[:2], PROMPTS[2:]), "b": (PROMPTS[1:], PROMPTS[:1])}
+    es = hvd.every_source_runs(
+        target, groups, made, compared, sources, costs, recycling_nodes={"a": 3, "b": 4}, **common
+    )
+    assert list(es["runs"].method.unique()) == ["AR", "prompt lookup", "lookahead", "HVD (every source)"]
+    assert es["runs"].same_as_reference.all()
+    assert set(es["lookahead"].workload) == set(es["logs"].workload) == {"a", "b"}
+    assert (es["lookahead"].groupby("workload").chosen.sum() == 1).all()
+    assert set(es["choice"].workload) <= {"a", "b"} and set(es["logs"]["first"]) <= set(sources)
+    # notebook 07's shape: one block, no group column, a plain step as the alternative, a warm-up, wrapped runs
+    seen = []
+
+    def wrap(name, run):
+        def wrapped(ids, i):
+            seen.append((name, i))
+            return run(ids, i)
+
+        return wrapped
+
+    one = hvd.every_source_runs(
+        target,
+        {"turns": groups["a"]},
+        made,
+        compared,
+        sources,
+        costs,
+        recycling_nodes=3,
+        alternative="plain step",
+        group_column=None,
+        warmup=True,
+        wrap=wrap,
+        **common,
+    )
+    assert "workload" not in one["runs"] and "workload" not in one["logs"] and "workload" not in one["lookahead"]
+    assert len(one["choice"]) == 0 or (one["choice"].prompt >= 0).all()  # the warm-up is not recorded
+    assert all(i >= 0 for _, i in seen) and len(seen) == 4 * len(groups["a"][1])
+    assert "model" not in set(one["choice"].get("source", pd.Series(dtype=str)))  # the alternative is named

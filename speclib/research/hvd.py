@@ -9,6 +9,8 @@ front once, and the log of what HVD verified at every step.
     hvd = HybridDrafter(make_caches("prompt lookup"), None, "hvd", predictor, costs)
     ...; rows = verified_steps(hvd, predictor)                           # after each generate()
     run = RecordSteps(bench.Method(target, 128, hvd), hvd, predictor, rows)  # or: record as it runs
+    es = every_source_runs(target, {"turns": (pilot, reported)}, made, compared, SOURCES, costs, t_of=t_of,
+                           lookahead_grid=LOOKAHEAD_GRID, max_new_tokens=128, recycling_nodes=8)  # all of it
 
 `make_caches(first)` returns the cache drafters with `first` in front (`in_front`): HVD's log records which
 source each verified cache draft came from, and a source that is never in front is never fitted.
@@ -16,17 +18,19 @@ source each verified cache draft came from, and a source that is never in front 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 import pandas as pd
 
 from speclib.core.generate import generate
 from speclib.core.sampling import Sampling
-from speclib.drafters.hybrid import FEATURES, HybridDrafter, PayoffPredictor, feature_matrix
+from speclib.drafters.hybrid import FEATURES, Costs, HybridDrafter, PayoffPredictor, feature_matrix
 from speclib.drafters.lookahead import Lookahead
 from speclib.drafters.recycling import TokenRecycling
+from speclib.research import bench
 
 GREEDY = Sampling(temperature=0.0)
 
@@ -143,3 +147,105 @@ class RecordSteps:
         steps = verified_steps(self.hvd, self.predictor, self.alternative)
         self.rows.extend({**self.tags, "prompt": index, **r} for r in steps)
         return g
+
+
+@dataclass
+class Pilot:
+    """What one group's pilot prompts chose: `choose_lookahead`'s table and Token Recycling warmed on them."""
+
+    lookahead: pd.DataFrame
+    recycling: TokenRecycling
+
+    @property
+    def window(self) -> tuple[int, int, int]:
+        """Lookahead's chosen (W, N, G)."""
+        return chosen_lookahead(self.lookahead)
+
+
+def every_source_runs(
+    target,
+    prompts: Mapping[str, tuple[Sequence[list[int]], Sequence[list[int]]]],
+    made: Callable[[str, Pilot], dict],
+    compared: Callable[[str, Pilot], dict],
+    sources: Sequence[str],
+    costs: Costs,
+    *,
+    t_of: Callable[[float], float],
+    lookahead_grid,
+    max_new_tokens: int,
+    recycling_nodes: int | Mapping[str, int],  # or a Series indexed by group
+    recycling_top_k: int = 8,
+    model: Callable[[], object] | None = None,
+    model_prior: float = 0.5,
+    first: str = "prompt lookup",
+    alternative: str = "model",
+    seed: int = 0,
+    group_column: str | None = "workload",
+    warmup: bool = False,
+    wrap: Callable[[str, Callable], Callable] | None = None,
+    progress=None,
+) -> dict[str, pd.DataFrame]:
+    """HVD over every source, paired with AR and the methods it is compared with, per group of prompts.
+
+    `prompts`: group -> (pilot prompts, reported prompts). On each group's pilot prompts, in group order:
+    Lookahead's (W, N, G) from `lookahead_grid` by the cost model (`t_of`, the pass cost T(n)) and Token
+    Recycling warmed with `recycling_nodes` (one size, or one per group). Then the payoff predictor is fitted
+    (`seed`) on every group's `every_source_logs`, each of `sources` in front once, with a `model()` drafter
+    (None: a plain step is the alternative). Then per group: HVD over `made(group, pilot)` (name -> a fresh
+    cache drafter; `first` in front) with `costs`, `model()` and `model_prior`, and `compared(group, pilot)`
+    (name -> a drafter or a factory, each a `bench.Method`) run by `bench.paired_runs` as AR, the compared
+    methods in their order, then "HVD (every source)", which records what it verified at every step
+    (`RecordSteps`, `alternative` naming a non-cache step). `warmup`: first run every method once, untimed, on
+    the group's first pilot prompt (prompt index -1, not recorded). `wrap(name, run)` wraps each timed method.
+
+    Returns "runs" (paired_runs' rows), "lookahead" (choose_lookahead's rows), "logs" (the predictor's
+    fitting rows) and "choice" (HVD's verified steps), each with a `group_column` holding the group unless
+    it is None."""
+
+    def tagged(group: str) -> dict:
+        return {} if group_column is None else {group_column: group}
+
+    pilots, tables = {}, []
+    for group, (pilot, _) in prompts.items():
+        table = choose_lookahead(target, pilot, lookahead_grid, t_of, max_new_tokens)
+        nodes = recycling_nodes if isinstance(recycling_nodes, (int, np.integer)) else recycling_nodes[group]
+        pilots[group] = Pilot(table, warm_recycling(target, pilot, max_new_tokens, recycling_top_k, int(nodes)))
+        tables.append(table.assign(**tagged(group)))
+
+    def caches(group: str, name: str) -> list:
+        return in_front(made(group, pilots[group]), name)
+
+    logs = pd.concat(
+        [
+            every_source_logs(target, partial(caches, group), model and model(), pilot, max_new_tokens, sources).assign(
+                **tagged(group)
+            )
+            for group, (pilot, _) in prompts.items()
+        ],
+        ignore_index=True,
+    )
+    predictor = fit_payoff(logs, seed=seed)
+
+    frames, chosen = [], []
+    for group, (pilot, reported) in prompts.items():
+        hvd = HybridDrafter(caches(group, first), model and model(), "hvd", predictor, costs, model_prior=model_prior)
+        methods = {"AR": bench.Method(target, max_new_tokens)} | {
+            name: bench.Method(target, max_new_tokens, d) for name, d in compared(group, pilots[group]).items()
+        }
+        rows = []
+        methods["HVD (every source)"] = RecordSteps(
+            bench.Method(target, max_new_tokens, hvd), hvd, predictor, rows, alternative, tags=tagged(group)
+        )
+        if warmup:  # untimed, on a pilot prompt: what a drafter learns must not come from a reported one
+            for run in methods.values():
+                run(pilot[0], -1)
+            rows.clear()
+        timed = methods if wrap is None else {name: wrap(name, run) for name, run in methods.items()}
+        frames.append(bench.paired_runs(reported, timed, warmup=False, progress=progress).assign(**tagged(group)))
+        chosen += rows
+    return {
+        "runs": pd.concat(frames, ignore_index=True),
+        "lookahead": pd.concat(tables, ignore_index=True),
+        "logs": logs,
+        "choice": pd.DataFrame(chosen),
+    }
