@@ -127,16 +127,11 @@ from functools import partial
 
 import matplotlib.pyplot as plt
 import numpy as np
-import pandas as pd
 import torch
 from IPython.display import Markdown, display
-from tqdm.auto import tqdm
 
 import speclib
-from speclib import ModelDrafter, Sampling, generate
-from speclib.core.acceptance import output_distribution
-from speclib.lms.loading import describe
-from speclib.research import bench, data, stats
+from speclib.research.studies import baseline
 from speclib.workbook import results
 from speclib.workbook.plotting import savefig, style
 from speclib.workbook.study import Study
@@ -150,17 +145,13 @@ NB = "01_baseline"
 KS = list(range(1, K_MAX + 1))
 if max(k for k, _ in OVERLAP_SETTINGS) > K_MAX:
     raise ValueError(f"OVERLAP_SETTINGS: k must be <= K_MAX ({K_MAX}), whose in-loop v(k) section 8 reuses")
-GREEDY, T1 = Sampling(0.0), Sampling(1.0)
 style()
 torch.manual_seed(SEED)
 threads = speclib.core.device.set_threads(THREADS or None)
 target, draft = speclib.load(TARGET, device=DEVICE), speclib.load(DRAFT, device=DEVICE)
 dev = str(target.device)
 n_all = N_PILOT + N_PROMPTS
-stdlib_rows, humaneval_rows = data.load_workload("code_stdlib", n_all), data.load_workload("code_humaneval", n_all)
-# interleaved, so the pilot and the reported prompts both mix the two sources
-prompt_rows = [r for pair in zip(stdlib_rows, humaneval_rows) for r in pair][:n_all]
-prompts = [target.encode(r["prompt"]) for r in prompt_rows]
+prompts = baseline.code_prompts(target, n_all)  # stdlib and HumanEval, interleaved
 pilot_prompts, report_prompts = prompts[:N_PILOT], prompts[N_PILOT:]
 meta = dict(seed=SEED, device=dev, threads=threads, target=TARGET, draft=DRAFT, smoke=SMOKE)
 study = Study(
@@ -207,35 +198,13 @@ PROMPT_PARAMS = ["N_PILOT", "N_PROMPTS"]  # the prompt sets depend on these
 
 
 # %%
-def measure_costs():
-    prof = bench.cost_profile(target, draft, KS, prefix_len=128, repeats=LATENCY_REPEATS)
-    models = pd.DataFrame(
-        [
-            dict(role="target", **describe(target), latency_ms=prof["target_1"] * 1e3),
-            dict(role="draft", **describe(draft), latency_ms=prof["draft_1"] * 1e3),
-        ]
-    )
-    cost = pd.DataFrame([dict(K=k, v=prof["v"][k], c=prof["c"]) for k in KS])
-    return {"models": models.assign(**meta), "cost": cost.assign(**meta)}
 
-
-saved = study.step("cost", measure_costs, uses=["TARGET", "DRAFT", "K_MAX", "LATENCY_REPEATS", "THREADS"])
+cost_step = partial(baseline.measure_costs, target, draft, KS, LATENCY_REPEATS, meta)
+saved = study.step("cost", cost_step, uses=["TARGET", "DRAFT", "K_MAX", "LATENCY_REPEATS", "THREADS"])
 models, cost = saved["models"], saved["cost"]
-prof = dict(
-    target_1=models.latency_ms[0] / 1e3, draft_1=models.latency_ms[1] / 1e3, c=cost.c[0], v=dict(zip(cost.K, cost.v))
-)
-v_text = ", ".join(f"{prof['v'][k]:.2f}" for k in KS)
+prof = baseline.bare_profile(models, cost)  # c, v(K) of the bare passes, beside the in-loop ones of section 4
 display(models[["role", "name", "parameters", "heldout_loss", "tokens_seen", "train_minutes", "latency_ms"]])
-display(
-    Markdown(
-        f"The target has {models.parameters[0] / 1e6:.1f}M parameters and held-out loss "
-        f"{models.heldout_loss[0]:.3f}; the draft {models.parameters[1] / 1e6:.2f}M and {models.heldout_loss[1]:.3f} "
-        f"(nan: a checkpoint that did not record one). "
-        f"One target token costs {prof['target_1'] * 1e3:.2f} ms, one draft token {prof['draft_1'] * 1e3:.2f} ms: "
-        f"**c = {prof['c']:.3f}** (the target is {1 / prof['c']:.1f}x slower). Verifying K + 1 tokens costs "
-        f"v(K) = {v_text} times one token for K = 1..{K_MAX}."
-    )
-)
+display(Markdown(baseline.cost_text(models, prof, KS)))
 
 # %% [markdown]
 # ## 2 · Level 1: the exact math of the rule
@@ -289,102 +258,15 @@ display(
 
 
 # %%
-def random_pair(v, gen, zp, zq):
-    p = torch.rand(v, generator=gen, dtype=torch.float64) ** 3
-    q = torch.rand(v, generator=gen, dtype=torch.float64) ** 3
-    p[torch.randperm(v, generator=gen)[:zp]] = 0
-    q[torch.randperm(v, generator=gen)[:zq]] = 0
-    return p / p.sum(), q / q.sum()
 
-
-def raw_q_bug(p, q_drawn, q_raw):
-    """Output distribution when tokens come from q_drawn but the ratio uses q_raw."""
-    acc = q_drawn * (p / q_raw).clamp(max=1)
-    r = (p - q_raw).clamp_min(0)
-    return acc + (1 - acc.sum()) * r / r.sum()
-
-
-def exact_math():
-    gen = torch.Generator().manual_seed(SEED)
-    rows = []
-    for family, v, zp, zq in [
-        ("dense", 16, 0, 0),
-        ("q zero where p > 0", 16, 0, 8),
-        ("p zero where q > 0", 16, 8, 0),
-        ("both sparse", 256, 200, 200),
-        ("full vocabulary", 4096, 0, 0),
-    ]:
-        n = max(10, N_EXACT_PAIRS // 5)
-        errs = []
-        for _ in range(n):
-            p, q = random_pair(v, gen, zp, zq)
-            errs.append(float((output_distribution(p, q) - p).abs().max()))
-        rows.append(dict(family=family, vocab=v, pairs=n, rule="lossless", max_abs_error=max(errs)))
-
-    # real distributions from the two models, processed with top-k 20 / top-p 0.95
-    s_proc = Sampling(1.0, top_k=20, top_p=0.95)
-    tv_ok, tv_bug = [], []
-    for ids in prompts[: max(2, len(prompts) // 2)]:
-        with torch.inference_mode():
-            lp = target.model(input_ids=torch.tensor([ids], device=target.device)).logits[0].float().cpu()
-            lq = draft.model(input_ids=torch.tensor([ids], device=draft.device)).logits[0].float().cpu()
-        # float64 and renormalised, so the check measures the rule, not float32 round-off of the inputs
-        P, Q = speclib.core.sampling.probs(lp, s_proc).double(), speclib.core.sampling.probs(lq, s_proc).double()
-        P, Q = P / P.sum(-1, keepdim=True), Q / Q.sum(-1, keepdim=True)
-        Qraw = torch.softmax(lq.double(), -1)
-        for p, q, qr in zip(P, Q, Qraw):
-            tv_ok.append(0.5 * float((output_distribution(p, q) - p).abs().sum()))
-            tv_bug.append(0.5 * float((raw_q_bug(p, q, qr) - p).abs().sum()))
-    rows.append(
-        dict(
-            family="real models, top-k 20 / top-p 0.95",
-            vocab=target.vocab_size,
-            pairs=len(tv_ok),
-            rule="lossless",
-            max_abs_error=None,
-            max_tv=max(tv_ok),
-        )
-    )
-    rows.append(
-        dict(
-            family="real models, top-k 20 / top-p 0.95",
-            vocab=target.vocab_size,
-            pairs=len(tv_bug),
-            rule="raw-q bug (#47932)",
-            max_abs_error=None,
-            max_tv=max(tv_bug),
-        )
-    )
-    tv = pd.DataFrame({"rule": ["lossless"] * len(tv_ok) + ["raw-q bug (#47932)"] * len(tv_bug), "tv": tv_ok + tv_bug})
-    return {"exact_math": pd.DataFrame(rows).assign(**meta), "exact_tv": tv.assign(**meta)}
-
-
-saved = study.step("exact_math", exact_math, uses=["SEED", "N_EXACT_PAIRS", "TARGET", "DRAFT"] + PROMPT_PARAMS)
+exact_step = partial(baseline.exact_math, target, draft, prompts, SEED, N_EXACT_PAIRS, meta)
+saved = study.step("exact_math", exact_step, uses=["SEED", "N_EXACT_PAIRS", "TARGET", "DRAFT"] + PROMPT_PARAMS)
 exact, tv = saved["exact_math"], saved["exact_tv"]
-tv_ok, tv_bug = tv[tv.rule == "lossless"].tv.to_numpy(), tv[tv.rule != "lossless"].tv.to_numpy()
-random_rows = exact[~exact.family.str.startswith("real models")]
 display(exact.drop(columns=list(meta)))
-
-fig, ax = plt.subplots(figsize=(6.4, 3.4))
-bins = np.linspace(0, max(max(tv_bug), 1e-3), 40)
-ax.hist(tv_bug, bins=bins, alpha=0.7, label="ratio with raw q (HF #47932)")
-ax.axvline(max(tv_ok), color="k", ls="--", label=f"speclib: max TV {max(tv_ok):.1e}")
-ax.set(
-    xlabel="total variation between emitted and target distribution",
-    ylabel="positions",
-    title="Exact output distribution at each position of the prompts",
-)
-ax.legend()
+fig = baseline.plot_exact_math(tv)
 savefig(fig, f"{NB}_exact_math")
 plt.show()
-display(
-    Markdown(
-        f"Over {random_rows.pairs.sum()} random pairs the largest deviation from `p` is "
-        f"{random_rows.max_abs_error.max():.1e} (float64 round-off). On {len(tv_ok)} real positions "
-        f"the lossless rule stays within total variation {max(tv_ok):.1e} of the target, while the raw-q bug "
-        f"reaches {max(tv_bug):.3f} (median {np.median(tv_bug):.3f})."
-    )
-)
+display(Markdown(baseline.exact_math_text(exact, tv)))
 
 # %% [markdown]
 # ## 3 · Level 2: two-sample chi-square on real-model tokens
@@ -441,105 +323,17 @@ display(
 
 
 # %%
-def sample_pairs(sampling, n_tokens, seed0, make_drafter=lambda: ModelDrafter(draft, CHI2_K), sd_target=None):
-    """Paired runs (same prompt, own seeds) until BOTH methods have at least n_tokens tokens; SD drafts
-    with make_drafter() for sd_target (default: the target)."""
-    ar_runs, sd_runs = [], []
-    bar = tqdm(total=n_tokens, desc="AR/SD runs", leave=False)
-    while min(sum(map(len, ar_runs)), sum(map(len, sd_runs))) < n_tokens:
-        i, ids = len(ar_runs), prompts[len(ar_runs) % len(prompts)]
-        ar_runs.append(generate(target, ids, 64, sampling=sampling, seed=seed0 + i).tokens)
-        sd_runs.append(
-            generate(
-                sd_target or target, ids, 64, drafter=make_drafter(), sampling=sampling, seed=seed0 + 500_000 + i
-            ).tokens
-        )
-        bar.n = min(sum(map(len, ar_runs)), sum(map(len, sd_runs)))
-        bar.refresh()
-    bar.close()
-    return ar_runs, sd_runs
 
-
-def chi_square():
-    chi_rows, calib_rows = [], []
-    for name, s in [("temperature 1", T1), ("temperature 1, top-k 50, top-p 0.9", Sampling(1.0, top_k=50, top_p=0.9))]:
-        ar_runs, sd_runs = sample_pairs(s, CHI2_TOKENS, SEED * 10**6)
-        n_runs = len(ar_runs)
-        r = stats.run_permutation_test(ar_runs, sd_runs, n_perm=999, paired=True, seed=SEED)
-        chi_rows.append(
-            dict(
-                setting=name,
-                method="speclib",
-                chi2=r.chi2,
-                dof=r.dof,
-                p=r.p_asymptotic,
-                p_permutation=r.p_permutation,
-                tokens_ar=r.n_a,
-                tokens_sd=r.n_b,
-                runs=n_runs,
-            )
-        )
-        rng = np.random.default_rng(SEED)
-        for trial in range(N_CALIBRATION):
-            perm = rng.permutation(n_runs)
-            a, b = [ar_runs[j] for j in perm[: n_runs // 2]], [ar_runs[j] for j in perm[n_runs // 2 :]]
-            try:
-                c = stats.run_permutation_test(a, b, n_perm=99, paired=False, seed=trial)
-                calib_rows.append(
-                    dict(setting=name, trial=trial, p_asymptotic=c.p_asymptotic, p_permutation=c.p_permutation)
-                )
-            except ValueError:  # a split too small to keep two bins (smoke sizes only)
-                pass
-    chi = pd.DataFrame(chi_rows).assign(**meta)
-    calib = pd.DataFrame(calib_rows).assign(**meta)
-    return {"chi2": chi, "calibration": calib}
-
-
+chi2_step = partial(baseline.chi_square, target, draft, prompts, SEED, CHI2_TOKENS, CHI2_K, N_CALIBRATION, meta)
 saved = study.step(
-    "chi2", chi_square, uses=["SEED", "CHI2_TOKENS", "CHI2_K", "N_CALIBRATION", "TARGET", "DRAFT"] + PROMPT_PARAMS
+    "chi2", chi2_step, uses=["SEED", "CHI2_TOKENS", "CHI2_K", "N_CALIBRATION", "TARGET", "DRAFT"] + PROMPT_PARAMS
 )
-chi, calib = saved["chi2"], saved["calibration"]
-# only this run's measurements: tables saved before this step stopped writing it carry a "reference" row
-# with the seed study's published figures (SEED_STUDY_CHI2 below), which is not a measurement
-chi = chi[chi.method == "speclib"].reset_index(drop=True)
+chi, calib = baseline.measured_chi2(saved["chi2"]), saved["calibration"]
 display(chi.drop(columns=list(meta)))
-
-fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
-for (name, g), color in zip(calib.groupby("setting", sort=False), ["C0", "C1"]):
-    axes[0].hist(
-        g.p_asymptotic, bins=20, range=(0, 1), histtype="step", lw=2, ls="--", color=color, label=f"{name}: textbook χ²"
-    )
-    axes[0].hist(
-        g.p_permutation, bins=20, range=(0, 1), histtype="step", lw=2, color=color, label=f"{name}: permutation"
-    )
-axes[0].axhline(len(calib) / calib.setting.nunique() / 20, color="k", ls=":", label="uniform")
-axes[0].set(xlabel="p-value (AR vs AR, random splits)", ylabel="splits", title="Null calibration")
-axes[0].legend(fontsize=7)
-ours = chi
-x = np.arange(len(ours))
-axes[1].bar(x - 0.2, ours.p, 0.4, label="textbook χ²")
-axes[1].bar(x + 0.2, ours.p_permutation, 0.4, label="permutation")
-axes[1].axhline(0.05, color="C3", ls="--", label="α = 0.05")
-axes[1].set_xticks(x, [s.replace(", ", "\n") for s in ours.setting], fontsize=8)
-axes[1].set(ylabel="p-value (AR vs SD)", ylim=(0, 1), title="Two-sample test, AR vs SD")
-axes[1].legend(fontsize=8)
+fig = baseline.plot_chi2(calib, chi)
 savefig(fig, f"{NB}_chi2")
 plt.show()
-fpr = calib.groupby("setting", sort=False)[["p_asymptotic", "p_permutation"]].agg(lambda p: (p < 0.05).mean())
-# the seed study's published test (a quotation, not a measurement of this workbook)
-SEED_STUDY_CHI2 = dict(chi2=162.5, dof=200, p=0.976, tokens_per_method=9200)
-display(
-    Markdown(
-        "; ".join(
-            f"**{r.setting}**: χ² = {r.chi2:.1f}, dof = {r.dof}, p = {r.p:.3f} (permutation p = {r.p_permutation:.3f}) over "
-            f"{r.tokens_ar} AR and {r.tokens_sd} SD tokens; on AR-vs-AR splits the textbook test rejects "
-            f"{fpr.p_asymptotic[r.setting]:.1%} and the permutation test {fpr.p_permutation[r.setting]:.1%} at α = 0.05"
-            for r in ours.itertuples()
-        )
-        + f". The seed study reported χ² = {SEED_STUDY_CHI2['chi2']}, dof = {SEED_STUDY_CHI2['dof']}, "
-        f"p = {SEED_STUDY_CHI2['p']} over about {SEED_STUDY_CHI2['tokens_per_method']:,} tokens per method."
-    )
-)
+display(Markdown(baseline.chi2_text(chi, calib)))
 
 # %% [markdown]
 # ## 4 · Speed and acceptance versus K
@@ -609,113 +403,23 @@ display(
 
 
 # %%
-def timed_runs():
-    frames = []
-    for mode, s in [("greedy", GREEDY), ("temperature 1", T1)]:
-        methods = bench.chain_methods(target, draft, KS, MAX_NEW_TOKENS, s, seed=SEED)
-        for split, ps, rounds in [("pilot", pilot_prompts, 1), ("report", report_prompts, ROUNDS)]:
-            r = bench.paired_runs(ps, methods, rounds=rounds, progress=tqdm)
-            frames.append(r.assign(mode=mode, split=split))
-    runs = pd.concat(frames, ignore_index=True)
-    runs["K"] = runs.method.str.extract(r"K=(\d+)", expand=False).fillna(0).astype(int)
-    return runs.assign(**meta)
 
-
+runs_step = partial(
+    baseline.timed_runs, target, draft, KS, pilot_prompts, report_prompts, ROUNDS, MAX_NEW_TOKENS, SEED, meta
+)
 runs = study.step(
-    "runs", timed_runs, uses=["TARGET", "DRAFT", "K_MAX", "ROUNDS", "THREADS", "MAX_NEW_TOKENS", "SEED"] + PROMPT_PARAMS
+    "runs", runs_step, uses=["TARGET", "DRAFT", "K_MAX", "ROUNDS", "THREADS", "MAX_NEW_TOKENS", "SEED"] + PROMPT_PARAMS
 )
-
-
-def speed_table(mode, split):
-    t = bench.speedup_table(runs[(runs["mode"] == mode) & (runs.split == split)], seed=SEED)
-    t["K"] = t.method.str.extract(r"K=(\d+)", expand=False).astype(int)
-    # the analytic model with the per-token acceptance and the costs measured in these runs (and, for
-    # comparison, with the bare-pass costs of section 1)
-    t["predicted"] = [bench.predicted_speedup(r.token_acceptance, r.K, r.c, r.v) for r in t.itertuples()]
-    t["v_bare"] = t.K.map(prof["v"])
-    t["predicted_bare"] = [
-        bench.predicted_speedup(r.token_acceptance, r.K, prof["c"], r.v_bare) for r in t.itertuples()
-    ]
-    t["predicted_tokens_per_call"] = [bench.expected_tokens(r.token_acceptance, r.K) for r in t.itertuples()]
-    return t.assign(mode=mode, split=split)
-
-
-speed = pd.concat(
-    [speed_table(m, sp) for m in ["greedy", "temperature 1"] for sp in ["pilot", "report"]], ignore_index=True
-)
-speed["measured_over_predicted"] = speed.speedup / speed.predicted
-pilot_best = speed[speed.split == "pilot"].loc[lambda d: d.groupby("mode").speedup.idxmax()][["mode", "K"]]
-speed["chosen"] = False
-for r in pilot_best.itertuples():
-    speed.loc[(speed["mode"] == r.mode) & (speed.K == r.K), "chosen"] = True
+speed = baseline.speed_tables(runs, prof, SEED)
 results.save(speed.assign(**meta), f"{NB}/speedup")
 report = speed[speed.split == "report"]
 best = report[report.chosen].set_index("mode")
+K_GREEDY = int(best.loc["greedy"].K)  # the pilot's greedy K: sections 5 to 8 use it
 display(report.drop(columns=["method", "split"]).round(3))
-
-fig, axes = plt.subplots(1, 2, figsize=(11, 3.8), sharey=True)
-for ax, mode in zip(axes, ["greedy", "temperature 1"]):
-    g = report[report["mode"] == mode]
-    ax.fill_between(g.K, g.spread_lo, g.spread_hi, color="C0", alpha=0.15, label="single rounds (min–max)")
-    ax.errorbar(
-        g.K,
-        g.speedup,
-        yerr=[g.speedup - g.lo, g.hi - g.speedup],
-        marker="o",
-        capsize=3,
-        label="measured (median, 95% CI)",
-    )
-    ax.plot(g.K, g.predicted, "s--", label="analytic, in-loop c and v(K)")
-    ax.plot(g.K, g.predicted_bare, ":", color="grey", label="analytic, bare-pass c and v(K)")
-    b = best.loc[mode]
-    ax.scatter(
-        [b.K],
-        [b.speedup],
-        s=200,
-        facecolors="none",
-        edgecolors="C3",
-        lw=2,
-        label=f"K chosen on the pilot = {int(b.K)}",
-        zorder=3,
-    )
-    ax.axhline(1, color="k", lw=0.8)
-    ax.set(xlabel="draft length K", title=f"{mode} ({len(report_prompts)} reported prompts x {ROUNDS} rounds)")
-axes[0].set_ylabel("speedup over AR (same target)")
-axes[0].legend(fontsize=7)
+fig = baseline.plot_speedup(report, best, len(report_prompts), ROUNDS)
 savefig(fig, f"{NB}_speedup")
 plt.show()
-g, t = best.loc["greedy"], best.loc["temperature 1"]
-top_k = report.loc[report.groupby("mode").speedup.idxmax()].set_index("mode")
-argmax_k = top_k.K
-
-
-def versus_top(mode):
-    """The reported prompts' highest median against the pilot's K, in words, judged by their two intervals."""
-    c, m = best.loc[mode], top_k.loc[mode]
-    if int(m.K) == int(c.K):
-        return f"at the chosen K = {int(c.K)}"
-    words = f"at K = {int(m.K)} ({m.speedup:.2f}x, CI {m.lo:.2f}–{m.hi:.2f}, against {c.speedup:.2f}x at the chosen K)"
-    if not np.isfinite([m.lo, m.hi, c.lo, c.hi]).all():
-        return words + ", without intervals to compare"
-    return words + (
-        ", the two intervals overlapping: the data cannot tell the two K apart"
-        if m.lo <= c.hi and c.lo <= m.hi
-        else ", the two intervals apart: the pilot's choice cost speed that noise does not explain"
-    )
-
-
-display(
-    Markdown(
-        f"Greedy, at the K chosen on the pilot prompts (**K = {int(g.K)}**): **{g.speedup:.2f}x** (95% CI {g.lo:.2f}–{g.hi:.2f}; "
-        f"total-time ratio {g.total_ratio:.2f}x; single rounds {g.spread_lo:.2f}–{g.spread_hi:.2f}), acceptance rate "
-        f"{g.acceptance:.3f}, per-token acceptance {g.token_acceptance:.3f}, {g.tokens_per_call:.2f} tokens per target call. "
-        f"Inside these runs c = {g.c:.3f} and v({int(g.K)}) = {g.v:.2f} (bare passes, section 1: c = {prof['c']:.3f}, "
-        f"v = {g.v_bare:.2f}); the analytic model with the in-loop costs predicts {g.predicted:.2f}x (measured/predicted "
-        f"{g.measured_over_predicted:.2f}). Temperature 1 at K = {int(t.K)}: **{t.speedup:.2f}x** (CI {t.lo:.2f}–{t.hi:.2f}; "
-        f"single rounds {t.spread_lo:.2f}–{t.spread_hi:.2f}). On the reported prompts themselves the highest greedy median sits "
-        f"{versus_top('greedy')}; the highest at temperature 1 {versus_top('temperature 1')}."
-    )
-)
+display(Markdown(baseline.speed_text(report, best, prof)))
 
 # %% [markdown]
 # ### Acceptance profile
@@ -742,55 +446,13 @@ display(
 # dotted line misses, per-position rates, not a single `a`, describe the pair.
 
 # %%
-sd_runs = runs[(runs.split == "report") & (runs.K > 0)]
-pos_rows = []
-for (mode, k), g in sd_runs.groupby(["mode", "K"]):
-    reached, accepted = bench.position_totals(g, k)
-    pos_rows += [
-        dict(mode=mode, K=k, position=i + 1, reached=int(reached[i]), accepted=int(accepted[i]))
-        for i in range(len(reached))
-    ]
-pos = pd.DataFrame(pos_rows)
-pos["rate"] = pos.accepted / pos.reached.clip(lower=1)
+
+pos = baseline.positions(runs)
 results.save(pos.assign(**meta), f"{NB}/positions")
-fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
-for i, (mode, g) in enumerate(report.groupby("mode", sort=False)):
-    axes[0].plot(g.K, g.acceptance, "o-", color=f"C{i}", label=f"speclib, {mode}")
-    a_tok = g.token_acceptance.mean()
-    axes[0].plot(
-        g.K,
-        (a_tok - a_tok ** (g.K + 1)) / ((1 - a_tok) * g.K),
-        ":",
-        color=f"C{i}",
-        label=f"constant per-token a = {a_tok:.2f}",
-    )
-axes[0].set(xlabel="draft length K", ylabel="acceptance rate α(K)", ylim=(0, 1), title="Acceptance vs K")
-axes[0].legend(fontsize=8)
-kk = K_MAX
-for mode, g in pos[pos.K == kk].groupby("mode", sort=False):
-    axes[1].plot(g.position, g.rate, "o-", label=mode)
-axes[1].set(
-    xlabel=f"draft position (K = {kk})", ylabel="P(accept | reached)", ylim=(0, 1), title="Per-position acceptance"
-)
-axes[1].legend(fontsize=8)
+fig = baseline.plot_acceptance(report, pos, K_MAX)
 savefig(fig, f"{NB}_acceptance")
 plt.show()
-a = report.set_index(["mode", "K"]).acceptance
-rates = pos[(pos.K == kk) & (pos["mode"] == "greedy")].rate.to_numpy()
-display(
-    Markdown(
-        f"Greedy acceptance falls from {a['greedy', 1]:.3f} at K = 1 to {a['greedy', K_MAX]:.3f} at K = {K_MAX}; "
-        f"at temperature 1 from {a['temperature 1', 1]:.3f} to {a['temperature 1', K_MAX]:.3f}. The per-token "
-        f"acceptance stays between {report.token_acceptance.min():.3f} and {report.token_acceptance.max():.3f} over every K "
-        f"and mode. Per position (K = {kk}, greedy) the rate runs "
-        f"{', '.join(f'{r:.2f}' for r in rates)}: "
-        + (
-            "within 0.15 of each other, so a constant per-token acceptance is a fair model of this pair."
-            if np.ptp(rates) <= 0.15
-            else f"a range of {np.ptp(rates):.2f}, so the i.i.d. model is only a first approximation for this pair."
-        )
-    )
-)
+display(Markdown(baseline.acceptance_text(report, pos, K_MAX)))
 
 # %% [markdown]
 # ## 5 · Level 3: greedy identity, and `transformers` as a peer
@@ -829,91 +491,22 @@ display(
 
 
 # %%
-def transformers_generate():
-    rows = []
-    for i, ids in enumerate(tqdm(report_prompts, desc="transformers generate")):
-        ar_tokens = generate(target, ids, MAX_NEW_TOKENS, sampling=GREEDY).tokens
-        with torch.inference_mode():
-            plain = target.model.generate(
-                torch.tensor([ids], device=target.device),
-                do_sample=False,
-                max_new_tokens=len(ar_tokens),
-                pad_token_id=target.eos_token_id,
-            )
-        rows.append(dict(prompt=i, tokens=len(ar_tokens), identical=plain[0, len(ids) :].tolist() == ar_tokens))
-    return pd.DataFrame(rows).assign(**meta)
 
-
-def assisted_runs():
-    hf = bench.paired_runs(
-        report_prompts,
-        bench.chain_methods(target, draft, KS, MAX_NEW_TOKENS, GREEDY, SEED, assisted=True),
-        progress=tqdm,
-    )
-    hf["K"] = hf.method.str.extract(r"K=(\d+)", expand=False).fillna(0).astype(int)
-    return hf.assign(**meta)
-
-
-plain_ok = study.step(
-    "transformers_generate", transformers_generate, uses=["TARGET", "MAX_NEW_TOKENS"] + PROMPT_PARAMS
-).identical
+plain_step = partial(baseline.transformers_generate, target, report_prompts, MAX_NEW_TOKENS, meta)
+plain_ok = study.step("transformers_generate", plain_step, uses=["TARGET", "MAX_NEW_TOKENS"] + PROMPT_PARAMS).identical
+assisted_step = partial(baseline.assisted_runs, target, draft, KS, report_prompts, MAX_NEW_TOKENS, SEED, meta)
 hf = study.step(
-    "assisted", assisted_runs, uses=["TARGET", "DRAFT", "K_MAX", "THREADS", "MAX_NEW_TOKENS", "SEED"] + PROMPT_PARAMS
+    "assisted", assisted_step, uses=["TARGET", "DRAFT", "K_MAX", "THREADS", "MAX_NEW_TOKENS", "SEED"] + PROMPT_PARAMS
 )
-ratio = pd.DataFrame([dict(K=k, **bench.speedup(hf, f"SD K={k}", reference=f"assisted K={k}", seed=SEED)) for k in KS])
-greedy_sd = runs[(runs["mode"] == "greedy") & (runs.K > 0)]
-assisted = hf[hf.method.str.startswith("assisted")]
-identity = pd.DataFrame(
-    [
-        dict(
-            check="speclib SD = AR (greedy, every K)",
-            identical=int(greedy_sd.same_as_reference.sum()),
-            of=len(greedy_sd),
-        ),
-        dict(check="AR = transformers generate(do_sample=False)", identical=int(sum(plain_ok)), of=len(plain_ok)),
-        dict(
-            check="transformers assisted = AR (every K)",
-            identical=int(assisted.same_as_reference.sum()),
-            of=len(assisted),
-        ),
-    ]
-).assign(**meta)
+ratio = baseline.assisted_ratio(hf, KS, SEED)
+identity = baseline.identity_table(runs, plain_ok, hf).assign(**meta)
 results.save(identity, f"{NB}/identity")
 results.save(ratio.assign(**meta), f"{NB}/assisted_ratio")
 display(identity.drop(columns=list(meta)))
-
-fig, ax = plt.subplots(figsize=(6.4, 3.6))
-ax.errorbar(ratio.K, ratio.speedup, yerr=[ratio.speedup - ratio.lo, ratio.hi - ratio.speedup], marker="o", capsize=3)
-ax.axhline(1, color="k", lw=0.8)
-ax.set(
-    xlabel="draft length K",
-    ylabel="speclib speed / transformers speed",
-    title="speclib vs transformers assisted generation (greedy)",
-)
+fig = baseline.plot_assisted(ratio)
 savefig(fig, f"{NB}_assisted")
 plt.show()
-rk = ratio.set_index("K")
-bk = int(best.loc["greedy"].K)
-display(
-    Markdown(
-        f"{identity.identical[0]}/{identity.of[0]} greedy SD runs equal AR; {identity.identical[1]}/{identity.of[1]} prompts "
-        f"agree with `transformers` greedy generate; {identity.identical[2]}/{identity.of[2]} assisted runs equal AR. "
-        f"At the chosen K = {bk}, speclib is **{rk.speedup[bk]:.2f}x** as fast as `transformers` assisted generation "
-        f"(95% CI {rk.lo[bk]:.2f}–{rk.hi[bk]:.2f}"
-        + (
-            ", an interval that holds 1: not distinguishable from it"
-            if rk.lo[bk] <= 1 <= rk.hi[bk]
-            else ", the whole interval above 1: faster"
-            if rk.lo[bk] > 1
-            else ", the whole interval below 1: slower"
-        )
-        + f"); across K the ratio spans {ratio.speedup.min():.2f}–{ratio.speedup.max():.2f}, reliably above 1 at "
-        f"{int((ratio.lo > 1).sum())} and reliably below 1 at {int((ratio.hi < 1).sum())} of {len(ratio)} K. "
-        f"Both decode the same tokens with the same weights, so a gap lies in what each call costs besides the arithmetic "
-        f"(speclib's own Llama forward and preallocated cache against the stock forward and its generation machinery); "
-        f"this notebook does not time those parts apart."
-    )
-)
+display(Markdown(baseline.assisted_text(identity, ratio, K_GREEDY)))
 
 # %% [markdown]
 # ## 6 · What limits the speedup
@@ -938,25 +531,11 @@ display(
 # states the ceiling at the chosen K.
 
 # %%
-gr = runs[(runs["mode"] == "greedy") & (runs.split == "report")]
-g = gr[gr.K > 0].groupby("K")[["draft_s", "verify_s", "seconds"]].sum()
-limits = (g / gr[gr.K == 0].seconds.sum()).rename(columns=lambda c: c + "_over_ar").reset_index()
-limits = limits.merge(
-    report[report["mode"] == "greedy"][["K", "acceptance", "token_acceptance", "c", "v", "predicted", "speedup"]],
-    on="K",
-)
-limits["overhead_over_ar"] = limits.seconds_over_ar - limits.draft_s_over_ar - limits.verify_s_over_ar
+
+limits = baseline.limits_table(runs, report)
 results.save(limits.assign(**meta), f"{NB}/limits")
 display(limits.round(3))
-bl = limits.set_index("K").loc[bk]
-display(
-    Markdown(
-        f"At K = {bk} drafting takes {bl.draft_s_over_ar:.2f} and verification {bl.verify_s_over_ar:.2f} of the AR run's time "
-        f"(the rest, {bl.overhead_over_ar:.2f}, is prefill and bookkeeping). With c = {bl.c:.3f} and v = {bl.v:.2f}, "
-        f"even perfect acceptance would give at most {(bk + 1) / (bk * bl.c + bl.v):.2f}x at this K: the draft's cost "
-        f"and the verify pass's growth with K, not acceptance alone, cap the speedup on this machine."
-    )
-)
+display(Markdown(baseline.limits_text(limits, K_GREEDY)))
 
 # %% [markdown]
 # ## 7 · Feature-level drafting: a head on the target's own features
@@ -990,64 +569,12 @@ display(
 # method's chosen configuration: drafting, verification and the rest, as fractions of AR's time.
 
 # %%
-from speclib import FeatureDrafter, load_head
 
-head = load_head(HEAD)
+head = speclib.load_head(HEAD)
 target_f = speclib.load(TARGET, device=DEVICE)  # the head's target: records features; AR's does not
-sep_k = int(best.loc["greedy"].K)  # section 4's pilot-chosen K for the separate draft
+pair = baseline.HeadPair(target, target_f, draft, head, K_GREEDY, MAX_NEW_TOKENS, SEED, HEAD_TOP)
 tree_cfgs = [tuple(t) for t in HEAD_TREES]
-
-
-def head_methods(sampling, chains, trees):
-    def method(lm, d=None):
-        return bench.Method(lm, MAX_NEW_TOKENS, d, sampling, seed=SEED)
-
-    m = {"AR": method(target), f"separate K={sep_k}": method(target, ModelDrafter(draft, sep_k))}
-    for k in chains:
-        m[f"head K={k}"] = method(target_f, FeatureDrafter(target_f, head, k=k))
-    for depth, budget in trees:
-        m[f"head tree d={depth} n={budget}"] = method(
-            target_f, FeatureDrafter(target_f, head, k=depth, tree=budget, top=HEAD_TOP)
-        )
-    return m
-
-
-def head_runs():
-    frames = []
-    for split, ps, rounds in [("pilot", pilot_prompts, 1), ("report", report_prompts, ROUNDS)]:
-        r = bench.paired_runs(ps, head_methods(GREEDY, KS, tree_cfgs), rounds=rounds, progress=tqdm)
-        frames.append(r.assign(mode="greedy", split=split))
-    pilot = bench.speedup_table(frames[0], seed=SEED)
-    chosen = pilot[pilot.method.str.startswith("head")].sort_values("speedup").method.iloc[-1]
-    # temperature 1 at the greedy pilot's choice among chains (a tree's siblings are drawn without replacement)
-    chain_k = int(pilot[pilot.method.str.match(r"head K=\d+$")].sort_values("speedup").method.iloc[-1].split("=")[1])
-    r = bench.paired_runs(report_prompts, head_methods(T1, [chain_k], []), rounds=ROUNDS, progress=tqdm)
-    frames.append(r.assign(mode="temperature 1", split="report"))
-    return pd.concat(frames, ignore_index=True).assign(chosen=chosen, chosen_chain=chain_k, **meta)
-
-
-def head_chi2():
-    ar_runs, sd_runs = sample_pairs(
-        T1, CHI2_TOKENS, SEED * 10**6 + 7, lambda: FeatureDrafter(target_f, head, k=CHI2_K), target_f
-    )
-    r = stats.run_permutation_test(ar_runs, sd_runs, n_perm=999, paired=True, seed=SEED)
-    return pd.DataFrame(
-        [
-            dict(
-                setting="temperature 1",
-                method="feature head",
-                chi2=r.chi2,
-                dof=r.dof,
-                p=r.p_asymptotic,
-                p_permutation=r.p_permutation,
-                tokens_ar=r.n_a,
-                tokens_sd=r.n_b,
-                runs=len(ar_runs),
-            )
-        ]
-    ).assign(**meta)
-
-
+head_step = partial(baseline.head_runs, pair, KS, tree_cfgs, pilot_prompts, report_prompts, ROUNDS, meta)
 HEAD_USES = [
     "TARGET",
     "DRAFT",
@@ -1060,113 +587,22 @@ HEAD_USES = [
     "MAX_NEW_TOKENS",
     "SEED",
 ]
-hruns = study.step("head_runs", head_runs, uses=HEAD_USES + PROMPT_PARAMS)
-hchi = study.step("head_chi2", head_chi2, uses=["SEED", "CHI2_TOKENS", "CHI2_K", "TARGET", "HEAD"] + PROMPT_PARAMS)
-chosen, chain_k = hruns.chosen.iloc[0], int(hruns.chosen_chain.iloc[0])
-
-
-def head_table(mode, split):
-    t = bench.speedup_table(hruns[(hruns["mode"] == mode) & (hruns.split == split)], seed=SEED)
-    t["kind"] = np.where(
-        t.method.str.contains("tree"), "head tree", np.where(t.method.str.startswith("head"), "head chain", "separate")
-    )
-    t["depth"] = t.method.str.extract(r"(?:K|d)=(\d+)", expand=False).astype(int)
-    t["budget"] = t.method.str.extract(r"n=(\d+)", expand=False).astype(float)
-    return t.assign(mode=mode, split=split)
-
-
-hspeed = pd.concat(
-    [head_table("greedy", "pilot"), head_table("greedy", "report"), head_table("temperature 1", "report")],
-    ignore_index=True,
+hruns = study.step("head_runs", head_step, uses=HEAD_USES + PROMPT_PARAMS)
+hchi = study.step(
+    "head_chi2",
+    partial(baseline.head_chi2, pair, prompts, CHI2_TOKENS, CHI2_K, meta),
+    uses=["SEED", "CHI2_TOKENS", "CHI2_K", "TARGET", "HEAD"] + PROMPT_PARAMS,
 )
+chosen, chain_k = hruns.chosen.iloc[0], int(hruns.chosen_chain.iloc[0])
+hspeed = baseline.head_tables(hruns, SEED)
 results.save(hspeed.assign(**meta), f"{NB}/head_speedup")
 hrep = hspeed[(hspeed.split == "report") & (hspeed["mode"] == "greedy")].set_index("method")
 display(hspeed.drop(columns=["split"]).round(3))
-
 greedy_rep = hruns[(hruns["mode"] == "greedy") & (hruns.split == "report")]
-fig, axes = plt.subplots(1, 3, figsize=(15, 3.8))
-ch = hrep[hrep.kind == "head chain"].sort_values("depth")
-axes[0].fill_between(ch.depth, ch.spread_lo, ch.spread_hi, color="C1", alpha=0.15)
-axes[0].errorbar(
-    ch.depth,
-    ch.speedup,
-    yerr=[ch.speedup - ch.lo, ch.hi - ch.speedup],
-    marker="o",
-    capsize=3,
-    color="C1",
-    label="feature head, chain",
-)
-tr = hrep[hrep.kind == "head tree"]
-axes[0].errorbar(
-    tr.depth + 0.1,
-    tr.speedup,
-    yerr=[tr.speedup - tr.lo, tr.hi - tr.speedup],
-    fmt="s",
-    capsize=3,
-    color="C2",
-    label="feature head, tree (at its depth)",
-)
-for r in tr.itertuples():
-    axes[0].annotate(f"n={int(r.budget)}", (r.depth + 0.15, r.speedup), fontsize=7)
-sep = hrep[hrep.kind == "separate"].iloc[0]
-axes[0].axhline(sep.speedup, color="C0", ls="--", label=f"separate draft, K = {sep_k}")
-axes[0].axhline(1, color="k", lw=0.8)
-axes[0].set(
-    xlabel="draft depth K",
-    ylabel="speedup over AR (greedy)",
-    title=f"{len(report_prompts)} reported prompts x {ROUNDS} rounds",
-)
-axes[0].legend(fontsize=7)
-for name, color in [(f"head K={K_MAX}", "C1"), (f"separate K={sep_k}", "C0")]:
-    g = greedy_rep[greedy_rep.method == name]
-    if len(g):
-        reached, accepted = bench.position_totals(g, int(name.split("=")[1]))
-        axes[1].plot(
-            np.arange(1, len(reached) + 1), accepted / np.clip(reached, 1, None), "o-", color=color, label=name
-        )
-axes[1].set(
-    xlabel="draft position", ylabel="P(accept | reached)", ylim=(0, 1), title="Per-position acceptance (greedy)"
-)
-axes[1].legend(fontsize=8)
-ar_s = greedy_rep[greedy_rep.method == "AR"].seconds.sum()
-parts = []
-for name in [f"separate K={sep_k}", chosen, f"head K={chain_k}"]:
-    g = greedy_rep[greedy_rep.method == name]
-    parts.append(
-        dict(
-            method=name,
-            drafting=g.draft_s.sum() / ar_s,
-            verification=g.verify_s.sum() / ar_s,
-            rest=(g.seconds.sum() - g.draft_s.sum() - g.verify_s.sum()) / ar_s,
-        )
-    )
-parts = pd.DataFrame(parts).drop_duplicates("method").set_index("method")
-parts.plot.barh(stacked=True, ax=axes[2], color=["C1", "C0", "C7"])
-axes[2].axvline(1, color="k", lw=0.8)
-axes[2].set(xlabel="time / AR's time (greedy, reported prompts)", ylabel="", title="Where the time goes")
-axes[2].legend(fontsize=7)
+fig = baseline.plot_head(hrep, greedy_rep, K_GREEDY, K_MAX, chosen, chain_k, len(report_prompts), ROUNDS)
 savefig(fig, f"{NB}_head")
 plt.show()
-
-c_best, t1 = (
-    hrep.loc[chosen],
-    hspeed[(hspeed["mode"] == "temperature 1") & (hspeed.method == f"head K={chain_k}")].iloc[0],
-)
-identical = hruns[(hruns["mode"] == "greedy") & (hruns.method != "AR")]
-chi_h = hchi.iloc[0]
-display(
-    Markdown(
-        f"Chosen on the pilot prompts: **{chosen}**. On the reported prompts it runs at **{c_best.speedup:.2f}x** over AR "
-        f"(95% CI {c_best.lo:.2f}–{c_best.hi:.2f}; total-time ratio {c_best.total_ratio:.2f}x; single rounds "
-        f"{c_best.spread_lo:.2f}–{c_best.spread_hi:.2f}), per-token acceptance {c_best.token_acceptance:.3f}, "
-        f"{c_best.tokens_per_call:.2f} tokens per target call, c = {c_best.c:.3f} per drafted token and v = {c_best.v:.2f}; "
-        f"the separate draft at K = {sep_k}: {sep.speedup:.2f}x (CI {sep.lo:.2f}–{sep.hi:.2f}), per-token acceptance "
-        f"{sep.token_acceptance:.3f}, c = {sep.c:.3f}. At temperature 1 the head's chain at K = {chain_k} runs at "
-        f"{t1.speedup:.2f}x (CI {t1.lo:.2f}–{t1.hi:.2f}). Greedy head SD equals AR on "
-        f"{int(identical.same_as_reference.sum())}/{len(identical)} runs; AR vs head SD at temperature 1: χ² = {chi_h.chi2:.1f}, "
-        f"dof = {chi_h.dof}, permutation p = {chi_h.p_permutation:.3f} over {chi_h.tokens_ar} and {chi_h.tokens_sd} tokens."
-    )
-)
+display(Markdown(baseline.head_text(hruns, hspeed, hchi, K_GREEDY)))
 
 # %% [markdown]
 # **What limits the head.** Section 6's ceiling, per chain length: with perfect acceptance a chain of K
@@ -1177,54 +613,11 @@ display(
 # Beside them, what the head earned: its per-token acceptance, tokens per call and speedup.
 
 # %%
-from speclib.core.analytic import acceptance_needed, predicted_speedup
 
-ceil = hrep[hrep.kind == "head chain"].sort_values("depth")
-ceil = ceil.assign(
-    ceiling_at_c=(ceil.depth + 1) / (ceil.depth * ceil.c + ceil.v),
-    ceiling_free=(ceil.depth + 1) / ceil.v,
-    alpha_for_2x=[acceptance_needed(2.0, int(r.depth), r.c, r.v) for r in ceil.itertuples()],
-    alpha_for_2_5x=[acceptance_needed(2.5, int(r.depth), r.c, r.v) for r in ceil.itertuples()],
-)
+ceil = baseline.head_ceiling(hrep)
 results.save(ceil.assign(**meta), f"{NB}/head_ceiling")
-display(
-    ceil[
-        [
-            "depth",
-            "token_acceptance",
-            "tokens_per_call",
-            "c",
-            "v",
-            "speedup",
-            "ceiling_at_c",
-            "ceiling_free",
-            "alpha_for_2x",
-            "alpha_for_2_5x",
-        ]
-    ].round(3)
-)
-cb = ceil.loc[f"head K={chain_k}"]
-free_at_alpha = max(predicted_speedup(r.token_acceptance, int(r.depth), 0.0, r.v) for r in ceil.itertuples())
-best2 = ceil.loc[ceil.alpha_for_2x.idxmin()] if ceil.alpha_for_2x.notna().any() else None
-display(
-    Markdown(
-        f"At its chosen K = {chain_k} the head reaches {cb.speedup:.2f}x of a {cb.ceiling_at_c:.2f}x ceiling at its own "
-        f"c = {cb.c:.3f}, with {cb.tokens_per_call:.2f} of {chain_k + 1} possible tokens per call (per-token acceptance "
-        f"{cb.token_acceptance:.3f}; the per-position curve above shows where it drops). Verifying K + 1 tokens costs "
-        f"v(K) = " + ", ".join(f"{r.v:.2f}" for r in ceil.itertuples()) + f" single-token passes for K = "
-        f"{int(ceil.depth.min())}..{int(ceil.depth.max())} on this CPU, so short chains cap low (K = 2: at most "
-        f"{ceil.set_index('depth').ceiling_at_c.get(2, float('nan')):.2f}x at the head's c) and long ones need nearly "
-        f"every token right: "
-        + (
-            f"2x needs a per-token acceptance of at least {best2.alpha_for_2x:.3f} (at K = {int(best2.depth)}), "
-            if best2 is not None
-            else "2x is above every chain's ceiling, "
-        )
-        + f"against the head's {ceil.token_acceptance.max():.3f} at best. A free head (c = 0) at the acceptance it has "
-        f"would give at most {free_at_alpha:.2f}x: a cheaper pass (the head runs one decoder layer, the feature fusion "
-        f"and the full LM head) buys part of the gap, and the rest takes a head that agrees with the target more often."
-    )
-)
+display(ceil[baseline.CEILING_COLUMNS].round(3))
+display(Markdown(baseline.ceiling_text(ceil, chain_k)))
 
 # %% [markdown]
 # ## 8 · Both cores: drafting while the target verifies
@@ -1264,106 +657,26 @@ display(
 
 
 # %%
-from speclib.core.analytic import expected_tokens, simulate_overlap
-from speclib.drafters.overlap import OverlapDrafter
 
-K_SEQ = int(best.loc["greedy"].K)  # section 4's pilot choice, greedy
-
-
-def at_threads(n, run):
-    """run(ids, i) with torch at n threads, restoring the count after it."""
-
-    def timed(ids, i):
-        with speclib.core.device.threads(n):
-            return run(ids, i)
-
-    return timed
-
-
-def sd_run(k):
-    return bench.Method(target, MAX_NEW_TOKENS, partial(ModelDrafter, draft, k))
-
-
-def drafter_run(d):
-    return bench.Method(target, MAX_NEW_TOKENS, d)
-
-
-ar_run = bench.Method(target, MAX_NEW_TOKENS)
-
-
-def overlap_runs():
-    def name(k, w):
-        return f"overlap k={k} w={w}"
-
-    opened = {name(k, w): OverlapDrafter(draft, k=k, wait_for=w) for k, w in OVERLAP_SETTINGS}
-    try:
-        methods = {"AR": ar_run, f"SD K={K_SEQ}": sd_run(K_SEQ)} | {n: drafter_run(d) for n, d in opened.items()}
-        pilot = bench.paired_runs(pilot_prompts, methods, rounds=1, progress=tqdm)
-        ratios = {n: bench.speedup(pilot, n, seed=SEED)["speedup"] for n in opened}
-        k, w = OVERLAP_SETTINGS[list(opened).index(max(ratios, key=ratios.get))]
-        opened["thread"] = OverlapDrafter(draft, k=k, wait_for=w, backend="thread")
-        chosen = opened[name(k, w)]
-        methods = {
-            "AR, 1 thread": ar_run,
-            "AR, 2 threads": at_threads(2, ar_run),
-            "SD, 1 thread": sd_run(K_SEQ),
-            "SD, 2 threads": at_threads(2, sd_run(K_SEQ)),
-            "overlap, process": drafter_run(chosen),
-            "overlap, thread": drafter_run(opened["thread"]),
-        }
-        report = bench.paired_runs(report_prompts, methods, reference="AR, 1 thread", rounds=ROUNDS, progress=tqdm)
-        # one more untimed-for-speed pass: both sides' intervals, and every step's verify time
-        steps, busy, timeline = [], [], []
-        for i, ids in enumerate(report_prompts):
-            for method, run in [("SD", sd_run(k)), ("overlap", drafter_run(chosen))]:
-                g = run(ids, i)
-                steps += [
-                    dict(prompt=i, method=method, drafted=s["drafted"], verify_s=s["verify_s"]) for s in g.stats.steps
-                ]
-                if method == "SD":  # one core: draft, then verify, step after step
-                    t = np.cumsum([0.0] + [x for s in g.stats.steps for x in (s["draft_s"], s["verify_s"])])
-                    kinds = ["draft", "verify"] * len(g.stats.steps)
-                    timeline += [
-                        dict(prompt=i, lane="sequential", kind=kd, start=a, end=b) for kd, a, b in zip(kinds, t, t[1:])
-                    ]
-                    continue
-                tl = chosen.timeline()
-                waits = tl["wait"]  # the decoder verifies from each wait's end to the next wait's start
-                ends = [a for a, _ in waits[1:]] + [waits[-1][1] + g.stats.steps[-1]["verify_s"]]
-                lanes = [("draft core", "draft", a, b) for a, b in tl["draft"]]
-                lanes += [("target core", "wait", a, b) for a, b in waits]
-                lanes += [("target core", "verify", b, e) for (_, b), e in zip(waits, ends)]
-                t0 = waits[0][0]  # the first step, as for the sequential lane (the draft's prefill starts earlier)
-                timeline += [dict(prompt=i, lane=ln, kind=kd, start=a - t0, end=b - t0) for ln, kd, a, b in lanes]
-                busy.append(
-                    dict(
-                        prompt=i,
-                        seconds=ends[-1] - t0,
-                        draft_busy=sum(
-                            min(b, ends[-1]) - max(a, t0) for a, b in tl["draft"] if b > t0 and a < ends[-1]
-                        ),
-                        target_wait=sum(b - a for a, b in waits),
-                    )
-                )
-    finally:
-        for d in opened.values():
-            d.close()
-    pilot["split"], report["split"] = "pilot", "report"
-    return {
-        "overlap_runs": pd.concat([pilot, report], ignore_index=True).assign(k=k, wait_for=w, **meta),
-        "overlap_steps": pd.DataFrame(steps).assign(k=k, wait_for=w, **meta),
-        "overlap_busy": pd.DataFrame(busy).assign(**meta),
-        "overlap_timeline": pd.DataFrame(timeline).assign(**meta),
-    }
-
-
+overlap_step = partial(
+    baseline.overlap_runs,
+    target,
+    draft,
+    OVERLAP_SETTINGS,
+    K_GREEDY,
+    pilot_prompts,
+    report_prompts,
+    ROUNDS,
+    MAX_NEW_TOKENS,
+    SEED,
+    meta,
+)
 ov = study.step(
     "overlap",
-    overlap_runs,
+    overlap_step,
     uses=["TARGET", "DRAFT", "K_MAX", "ROUNDS", "THREADS", "MAX_NEW_TOKENS", "SEED", "OVERLAP_SETTINGS"]
     + PROMPT_PARAMS,
 )
-
 
 # %% [markdown]
 # **Reading the table and the figure.** The table gives each method's speedup over the faster AR
@@ -1376,121 +689,19 @@ ov = study.step(
 # spent waiting, and how much of the draft core's work is thrown away.
 
 # %%
-oruns, osteps, obusy, otl = ov["overlap_runs"], ov["overlap_steps"], ov["overlap_busy"], ov["overlap_timeline"]
-k_ov, w_ov = int(oruns.k.iloc[0]), int(oruns.wait_for.iloc[0])
-rep = oruns[oruns.split == "report"]
-pil = oruns[oruns.split == "pilot"]
-ar_speed = rep.groupby("method").tokens_per_s.median()
-fast_ar = max(["AR, 1 thread", "AR, 2 threads"], key=lambda m: ar_speed[m])
-otable = bench.speedup_table(rep, reference=fast_ar, seed=SEED)
-pilot_table = bench.speedup_table(pil, seed=SEED)[["method", "speedup", "tokens_per_call", "acceptance"]]
-gain = bench.speedup(rep, "overlap, process", reference="SD, 1 thread", seed=SEED)
-# the timeline model, fed with section 4's in-loop costs at every draft length and this run's acceptance
-g4 = report[report["mode"] == "greedy"].set_index("K")
-v_loop = [1.0] + [float(g4.v.get(n, np.nan)) for n in range(1, max(KS) + 1)]
-c_loop, alpha = float(g4.c.loc[K_SEQ]), float(otable.set_index("method").token_acceptance["SD, 1 thread"])
-st = osteps[osteps.drafted == k_ov].groupby("method").verify_s.median()
-contention = float(st["overlap"] / st["SD"])  # a verify pass with the draft busy on the other core
-seq_model = expected_tokens(alpha, K_SEQ) / (K_SEQ * c_loop + v_loop[K_SEQ])
-model = {
-    name: simulate_overlap(alpha, k_ov, c_loop, [x * f for x in v_loop], wait_for=w_ov, seed=SEED)["speedup"]
-    / seq_model
-    for name, f in [("timeline model", 1.0), ("model + contention", contention)]
-}
-ceiling = (K_SEQ * c_loop + v_loop[K_SEQ]) / v_loop[K_SEQ]  # no waiting at all, no token lost
-fr = obusy[["seconds", "draft_busy", "target_wait"]].sum()
-busy_draft, busy_target = fr.draft_busy / fr.seconds, 1 - fr.target_wait / fr.seconds
-orow = otable.set_index("method")
-summary = pd.DataFrame(
-    [
-        dict(
-            quantity="gain, overlap over sequential SD (measured)", value=gain["speedup"], lo=gain["lo"], hi=gain["hi"]
-        ),
-        *[dict(quantity=f"gain predicted: {n}", value=x) for n, x in model.items()],
-        dict(quantity="ceiling: no wait at all", value=ceiling),
-        dict(quantity="contention: verify pass with the draft busy / alone", value=contention),
-        dict(quantity="target core busy (overlap)", value=busy_target),
-        dict(quantity="draft core busy (overlap)", value=busy_draft),
-    ]
-)
-results.save(otable.assign(reference=fast_ar, k=k_ov, wait_for=w_ov, **meta), f"{NB}/overlap_speedup")
-results.save(summary.assign(k=k_ov, wait_for=w_ov, **meta), f"{NB}/overlap_model")
-display(Markdown(f"Pilot prompts, speedup over AR at one thread (chosen: k = {k_ov}, wait_for = {w_ov}):"))
-display(pilot_table.round(3))
-display(
-    otable[["method", "speedup", "lo", "hi", "spread_lo", "spread_hi", "tokens_per_call", "identical", "runs"]].round(3)
-)
-display(summary.round(3))
 
-fig, (ax, bx) = plt.subplots(1, 2, figsize=(12, 3.6), gridspec_kw=dict(width_ratios=[2.2, 1]))
-p0 = otl[otl.prompt == 0]
-horizon = p0[p0.lane == "sequential"].end.iloc[min(23, len(p0[p0.lane == "sequential"]) - 1)]
-colours = dict(draft="C1", verify="C0", wait="lightgrey")
-for y, lane in enumerate(["sequential", "target core", "draft core"]):
-    for kind, g in p0[(p0.lane == lane) & (p0.start < horizon) & (p0.end > 0)].groupby("kind"):
-        ax.broken_barh(list(zip(g.start * 1e3, (g.end - g.start) * 1e3)), (y - 0.35, 0.7), color=colours[kind])
-ax.set(
-    yticks=[0, 1, 2],
-    yticklabels=["sequential SD\n(one core)", "overlap:\ntarget core", "overlap:\ndraft core"],
-    xlabel="ms from the first step",
-    xlim=(0, horizon * 1e3),
-    title=f"first steps of a reported prompt (K = {k_ov})",
-)
-ax.invert_yaxis()
-ax.legend(
-    handles=[plt.Rectangle((0, 0), 1, 1, color=c) for c in colours.values()],
-    labels=["draft", "verify (+ loop)", "target waits"],
-    fontsize=7,
-    loc="upper right",
-)
-names = ["measured", *model, "ceiling"]
-vals = [gain["speedup"], *model.values(), ceiling]
-bx.bar(names, vals, color=["C0", "C2", "C2", "grey"])
-bx.errorbar(
-    [0], [gain["speedup"]], yerr=[[gain["speedup"] - gain["lo"]], [gain["hi"] - gain["speedup"]]], color="k", capsize=4
-)
-bx.axhline(1, color="k", lw=0.8)
-bx.axhline(1.25, color="C3", lw=0.8, ls="--", label="goal 1.25x")
-bx.set(ylabel="overlap / sequential SD", title="gain from the second core")
-bx.tick_params(axis="x", labelrotation=20, labelsize=7)
-bx.legend(fontsize=7)
+o = baseline.overlap_analysis(ov, report, KS, K_GREEDY, SEED)
+results.save(o.table.assign(reference=o.fast_ar, k=o.k, wait_for=o.wait_for, **meta), f"{NB}/overlap_speedup")
+results.save(o.summary.assign(k=o.k, wait_for=o.wait_for, **meta), f"{NB}/overlap_model")
+display(Markdown(f"Pilot prompts, speedup over AR at one thread (chosen: k = {o.k}, wait_for = {o.wait_for}):"))
+display(o.pilot_table.round(3))
+columns = ["method", "speedup", "lo", "hi", "spread_lo", "spread_hi", "tokens_per_call", "identical", "runs"]
+display(o.table[columns].round(3))
+display(o.summary.round(3))
+fig = baseline.plot_overlap(o)
 savefig(fig, f"{NB}_overlap")
 plt.show()
-
-best_method = otable.loc[otable.speedup.idxmax()]
-best_seq = max(["SD, 1 thread", "SD, 2 threads"], key=lambda m: orow.speedup[m])
-vs_best = orow.speedup["overlap, process"] / orow.speedup[best_seq]
-two_threads = orow.loc["SD, 2 threads"]
-display(
-    Markdown(
-        f"Faster AR on the reported prompts: **{fast_ar}** (median {ar_speed[fast_ar]:.1f} tokens/s against "
-        f"{ar_speed[[m for m in ('AR, 1 thread', 'AR, 2 threads') if m != fast_ar][0]]:.1f}). Over it, sequential SD at "
-        f"K = {K_SEQ} reaches {orow.speedup['SD, 1 thread']:.2f}x at one thread and {two_threads.speedup:.2f}x at two; "
-        f"overlapped SD (k = {k_ov}, wait_for = {w_ov}) {orow.speedup['overlap, process']:.2f}x with the draft in a "
-        f"process (CI {orow.lo['overlap, process']:.2f}–{orow.hi['overlap, process']:.2f}) and "
-        f"{orow.speedup['overlap, thread']:.2f}x in a thread. The fastest here is **{best_method.method}**. "
-        f"Greedy outputs identical to AR: {int(otable.identical.sum())} of {int(otable.runs.sum())}. "
-        f"Overlap over sequential SD, paired: **{gain['speedup']:.3f}x** (CI {gain['lo']:.3f}–{gain['hi']:.3f}), against "
-        f"{model['timeline model']:.3f}x from the timeline model at this run's acceptance ({alpha:.3f}), c = {c_loop:.3f} "
-        f"and v(K), and {model['model + contention']:.3f}x once each verify pass is {contention:.3f} times slower "
-        f"with the draft busy beside it. Even a draft that never kept the target waiting would gain at most "
-        f"{ceiling:.2f}x: drafting is {1 - 1 / ceiling:.0%} of a sequential step. The target core is busy "
-        f"{busy_target:.0%} of the time and the draft core {busy_draft:.0%}. "
-        + (
-            "The model with contention lies inside the measured gain's interval, so within this run's noise the "
-            "timeline accounts for what overlap earned: "
-            if gain["lo"] <= model["model + contention"] <= gain["hi"]
-            else f"The measured gain lies {'below' if gain['speedup'] < model['model + contention'] else 'above'} "
-            "the model with contention by more than its interval, so something the model leaves out "
-            "(the pipe between the processes, the draft's restarts, Python in the loop) "
-            f"{'eats' if gain['speedup'] < model['model + contention'] else 'adds'} the difference: "
-        )
-        + f"a hypothesis survives a step only with probability α^(k+1) = {alpha ** (k_ov + 1):.2f}, so most steps "
-        f"still wait for their draft. Against the best sequential SD ({best_seq}, {orow.speedup[best_seq]:.2f}x), "
-        f"overlap reaches {vs_best:.2f} times its speedup; the goal of 1.25 times is "
-        + ("met." if vs_best >= 1.25 else f"missed by {1.25 - vs_best:.2f}.")
-    )
-)
+display(Markdown(baseline.overlap_text(o)))
 
 # %% [markdown]
 # ### This run's steps
