@@ -148,25 +148,22 @@ import numpy as np
 import pandas as pd
 import torch
 from IPython.display import Markdown, display
-from scipy.stats import spearmanr
 
 import speclib
-from speclib import HybridDrafter, Lookahead, PromptLookupDrafter, Sampling, SuffixDrafter, generate
+from speclib import HybridDrafter, Lookahead, PromptLookupDrafter, SuffixDrafter
 from speclib.core.device import REPO
 from speclib.drafters import rest
 from speclib.drafters.hybrid import Costs
-from speclib.drafters.layers import subset
-from speclib.drafters.recycling import expected_accepted, recycling_template
-from speclib.lms import backends, pretrained
-from speclib.lms.head import token_counts
+from speclib.lms import pretrained
 from speclib.lms.loading import describe
-from speclib.research import bench, chat_data, datastore, learning_curve, peers, sampled, spec_bench, stats
+from speclib.research import bench, learning_curve, spec_bench
 from speclib.research import hvd as hvd_plumbing
-from speclib.research.layer_search import train_exit
+from speclib.research.studies import pretrained_spec_bench as psb
 from speclib.workbook import results, verdicts
 from speclib.workbook.plotting import savefig, style
 from speclib.workbook.study import Study
 
+# %%
 if SMOKE:
     PER_TASK, PILOT_PER_TASK, MAX_NEW_TOKENS, LATENCY_REPEATS, CHI2_TOKENS = 1, 1, 12, 3, 120
     LOOKUP_GRID, SUFFIX_GRID, HEAD_KS, DRAFT_KS = [[2, 4], [2, 8]], [8], [2], [2]
@@ -179,7 +176,6 @@ if SMOKE:
     CURVE_HEADS = ["data/checkpoints/smollm2-135m-instruct-head", "data/checkpoints/smollm2-135m-instruct-corpus-head"]
     CURVE_DRAFTS, CURVE_PER_TASK, CURVE_MAX_NEW_TOKENS = ["data/checkpoints/smollm2-draft"], 1, 12
 NB = "07_spec_bench"
-GREEDY, T1 = Sampling(0.0), Sampling(1.0)
 style()
 torch.manual_seed(SEED)
 threads = speclib.core.device.set_threads(THREADS or None)
@@ -214,42 +210,15 @@ display(
 
 
 # %%
-def pass_costs():
-    prefix = int(np.median([len(spec_bench.turn_ids(target, q)) for q in reported_qs]))
-    ns = [1, 2, 3, 4, 6, 8, 12, 16]
-    secs = bench.latencies([(target, n) for n in ns], prefix_len=prefix, repeats=LATENCY_REPEATS)
-    h = torch.randn(1, target.model.config.hidden_size)
-    w = target.model.lm_head.weight
-    with torch.inference_mode():
-        for _ in range(3):
-            h @ w.T
-        t = []
-        for _ in range(LATENCY_REPEATS):
-            t0 = speclib.core.device.clock(target.device)
-            h @ w.T
-            t.append(speclib.core.device.clock(target.device) - t0)
-    return pd.DataFrame(
-        dict(n=ns + [1], part=["pass"] * len(ns) + ["lm_head"], prefix_len=prefix, seconds=secs + [float(np.median(t))])
-    ).assign(**meta)
-
-
-costs = study.step("pass_costs", pass_costs, uses=QUESTION_SET + ["LATENCY_REPEATS", "THREADS"])
-passes = costs[costs.part == "pass"].set_index("n").seconds
-t1, head_s = passes[1], costs[costs.part == "lm_head"].seconds.iloc[0]
-fig, ax = plt.subplots(figsize=(5.5, 3.4))
-ax.plot(passes.index, passes / t1, "o-")
-ax.axhline(1, color="grey", lw=0.8, ls=":")
-ax.set(xlabel="tokens in one pass (n)", ylabel="v(n) = T(n) / T(1)", title=f"{TARGET}: cost of a verify pass")
-savefig(fig, f"{NB}_pass_cost")
-plt.show()
-display(
-    Markdown(
-        f"At a {int(costs.prefix_len.iloc[0])}-token prefix one pass takes T(1) = {t1 * 1e3:.1f} ms "
-        f"({1 / t1:.1f} tokens/s at best); v(4) = {passes[4] / t1:.2f}, v(8) = {passes[8] / t1:.2f}, "
-        f"v(16) = {passes[16] / t1:.2f}. The output layer alone (one token) takes {head_s * 1e3:.2f} ms, "
-        f"{head_s / t1:.0%} of a pass."
-    )
+costs = study.step(
+    "pass_costs",
+    partial(psb.pass_costs, target, reported_qs, LATENCY_REPEATS, meta),
+    uses=QUESTION_SET + ["LATENCY_REPEATS", "THREADS"],
 )
+passes, t1, head_s = psb.pass_curve(costs)  # T(n) by n, T(1), the output layer's seconds
+savefig(psb.pass_cost_figure(passes, f"{TARGET}: cost of a verify pass"), f"{NB}_pass_cost")
+plt.show()
+display(Markdown(verdicts.pass_cost_text(costs)))
 
 # %% [markdown]
 # ## 2 · The questions, and the model's own first answers
@@ -259,43 +228,13 @@ display(
 
 
 # %%
-def first_answers():
-    rows = []
-    for split, group in (("pilot", pilot_qs), ("reported", reported_qs)):
-        for q in group:
-            if len(q["turns"]) > 1:
-                g = generate(
-                    target,
-                    spec_bench.turn_ids(target, q, max_new_tokens=MAX_NEW_TOKENS),
-                    MAX_NEW_TOKENS,
-                    sampling=GREEDY,
-                )
-                rows.append(dict(split=split, question_id=q["question_id"], answer=g.text, new_tokens=len(g.tokens)))
-    return pd.DataFrame(rows, columns=["split", "question_id", "answer", "new_tokens"]).assign(**meta)
-
-
-answers = study.step("first_answers", first_answers, uses=QUESTION_SET)
+answers = study.step(
+    "first_answers", partial(psb.first_answers, target, pilot_qs, reported_qs, MAX_NEW_TOKENS, meta), uses=QUESTION_SET
+)
 answer_of = dict(zip(answers.question_id, answers.answer))
-
-
-def turns(group):
-    """(prompt ids, task, question id, turn) for every turn of every question in `group`."""
-    out = []
-    for q in group:
-        out.append((spec_bench.turn_ids(target, q, max_new_tokens=MAX_NEW_TOKENS), q["task"], q["question_id"], 1))
-        if len(q["turns"]) > 1:
-            out.append(
-                (
-                    spec_bench.turn_ids(target, q, [answer_of[q["question_id"]]], MAX_NEW_TOKENS),
-                    q["task"],
-                    q["question_id"],
-                    2,
-                )
-            )
-    return out
-
-
-pilot_turns, reported_turns = turns(pilot_qs), turns(reported_qs)
+pilot_turns = psb.turns(target, pilot_qs, answer_of, MAX_NEW_TOKENS)
+reported_turns = psb.turns(target, reported_qs, answer_of, MAX_NEW_TOKENS)
+setup = psb.Setup(target, MAX_NEW_TOKENS, pilot_turns, reported_turns, meta)  # what every timed step shares
 lengths = pd.DataFrame([dict(task=t, prompt_tokens=len(ids)) for ids, t, _, _ in reported_turns])
 display(lengths.groupby("task").prompt_tokens.describe()[["count", "min", "50%", "max"]].round(0))
 
@@ -310,30 +249,14 @@ display(lengths.groupby("task").prompt_tokens.describe()[["count", "min", "50%",
 
 
 # %%
-def lookup_name(s):
-    return f"lookup n={s[0]} k={s[1]}"
-
-
-def pilot_runs():
-    methods = {"AR": bench.Method(target, MAX_NEW_TOKENS)}
-    for n, k in LOOKUP_GRID:
-        methods[lookup_name((n, k))] = bench.Method(target, MAX_NEW_TOKENS, partial(PromptLookupDrafter, n, k))
-    for m in SUFFIX_GRID:
-        methods[f"suffix max={m}"] = bench.Method(target, MAX_NEW_TOKENS, partial(SuffixDrafter, max_spec=m))
-    return bench.paired_runs([t[0] for t in pilot_turns], methods).assign(**meta)
-
-
-pilot = study.step("pilot", pilot_runs, uses=QUESTION_SET + ["LOOKUP_GRID", "SUFFIX_GRID", "THREADS"])
-pilot_table = bench.speedup_table(pilot)[
-    ["method", "speedup", "lo", "hi", "total_ratio", "tokens_per_call", "identical", "runs"]
-]
-display(pilot_table.round(3))
-best_lookup = max(LOOKUP_GRID, key=lambda s: pilot_table.set_index("method").total_ratio[lookup_name(s)])
-best_suffix = max(SUFFIX_GRID, key=lambda m: pilot_table.set_index("method").total_ratio[f"suffix max={m}"])
-results.save(
-    pilot_table.assign(chosen=pilot_table.method.isin([lookup_name(best_lookup), f"suffix max={best_suffix}"]), **meta),
-    f"{NB}/pilot_table",
+pilot = study.step(
+    "pilot",
+    partial(psb.pilot_runs, setup, LOOKUP_GRID, SUFFIX_GRID),
+    uses=QUESTION_SET + ["LOOKUP_GRID", "SUFFIX_GRID", "THREADS"],
 )
+pilot_table, best_lookup, best_suffix = psb.pilot_choice(pilot, LOOKUP_GRID, SUFFIX_GRID)
+display(pilot_table.drop(columns="chosen").round(3))
+results.save(pilot_table.assign(**meta), f"{NB}/pilot_table")
 display(
     Markdown(
         f"Chosen on {len(pilot_turns)} pilot turns (pooled ratio of tokens per second): prompt lookup with "
@@ -350,45 +273,14 @@ display(
 
 
 # %%
-def recorded(name, run, outputs):
-    """`run` that also keeps each output's tokens in outputs[(prompt index, name)]."""
-
-    def wrapped(ids, i):
-        g = run(ids, i)
-        outputs[(i, name)] = g.tokens
-        return g
-
-    return wrapped
-
-
-def benchmark_runs():
-    n, k = best_lookup
-    methods = {
-        "AR": bench.Method(target, MAX_NEW_TOKENS),
-        "prompt lookup": bench.Method(target, MAX_NEW_TOKENS, partial(PromptLookupDrafter, n, k)),
-        "suffix": bench.Method(target, MAX_NEW_TOKENS, partial(SuffixDrafter, max_spec=best_suffix)),
-        "transformers AR": bench.Loop(partial(peers.hf_generate, target), MAX_NEW_TOKENS),
-        "transformers prompt lookup": bench.Loop(
-            partial(peers.hf_prompt_lookup, target, k=k, max_ngram=n), MAX_NEW_TOKENS
-        ),
-    }
-    if gguf is not None:
-        cpp = peers.LlamaCpp(gguf, threads=threads, eos_token_id=target.eos_token_id)
-        cpp_pld = peers.LlamaCpp(gguf, threads=threads, lookup=(n, k), eos_token_id=target.eos_token_id)
-        methods |= {
-            "llama.cpp AR": bench.Loop(cpp.generate, MAX_NEW_TOKENS),
-            "llama.cpp prompt lookup": bench.Loop(cpp_pld.generate, MAX_NEW_TOKENS),
-        }
-    outputs = {}
-    runs = bench.paired_runs([t[0] for t in reported_turns], {m: recorded(m, f, outputs) for m, f in methods.items()})
-    toks = pd.DataFrame([dict(prompt=i, method=m, tokens=list(map(int, t))) for (i, m), t in outputs.items()])
-    return {"runs": runs.assign(**meta), "outputs": toks.assign(**meta)}
-
-
-saved = study.step("benchmark", benchmark_runs, uses=QUESTION_SET + ["LOOKUP_GRID", "SUFFIX_GRID", "THREADS"])
+saved = study.step(
+    "benchmark",
+    partial(psb.benchmark_runs, setup, best_lookup, best_suffix, gguf, threads),
+    uses=QUESTION_SET + ["LOOKUP_GRID", "SUFFIX_GRID", "THREADS"],
+)
 runs, outputs = saved["runs"], saved["outputs"]
 tasks = {i: t[1] for i, t in enumerate(reported_turns)}
-table = spec_bench.task_table(runs, tasks)
+table = spec_bench.task_table(runs, tasks)  # every later method's rows join it
 
 # %% [markdown]
 # ### A trained draft: the feature head, with and without a truncated vocabulary
@@ -402,69 +294,18 @@ table = spec_bench.task_table(runs, tasks)
 
 
 # %%
-def ar_run(ids, i):
-    target.record_features(None)  # AR pays nothing for the features only the head reads
-    return generate(target, ids, MAX_NEW_TOKENS, sampling=GREEDY)
-
-
-def head_methods(ks):
-    """AR and, per k, the head over the whole vocabulary and (FR_VOCAB) over the frequent tokens; each drafter
-    is built once and switches the target's feature recording back on before its run (re-allocating the
-    feature buffer after an AR run: a cost charged to the head)."""
-    head = speclib.load_head(HEAD)
-    vocabs = {"head": None} | (
-        {"head+FR": speclib.drafters.frequent_tokens(token_counts(HEAD), FR_VOCAB)} if FR_VOCAB else {}
-    )
-    methods = {"AR": ar_run}
-    for k in ks:
-        for kind, vocab in vocabs.items():
-            d = speclib.FeatureDrafter(target, head, k=k, vocab=vocab)
-
-            def run(ids, i, d=d):
-                target.record_features(head.feature_layers)
-                return generate(target, ids, MAX_NEW_TOKENS, drafter=d, sampling=GREEDY)
-
-            methods[f"{kind} k={k}"] = run
-    return methods
-
-
-def head_runs():
-    pilot_ = bench.paired_runs([t[0] for t in pilot_turns], head_methods(HEAD_KS))
-    ratio = {m: bench.speedup(pilot_, m)["total_ratio"] for m in pilot_.method.unique() if m != "AR"}
-    best = {kind: max(HEAD_KS, key=lambda k: ratio.get(f"{kind} k={k}", -1)) for kind in ("head", "head+FR")}
-    methods = {"AR": ar_run, "feature head": head_methods([best["head"]])[f"head k={best['head']}"]}
-    if FR_VOCAB:
-        methods["feature head + FR-Spec"] = head_methods([best["head+FR"]])[f"head+FR k={best['head+FR']}"]
-    outputs_ = {}
-    runs_ = bench.paired_runs([t[0] for t in reported_turns], {m: recorded(m, f, outputs_) for m, f in methods.items()})
-    toks = pd.DataFrame([dict(prompt=i, method=m, tokens=list(map(int, t))) for (i, m), t in outputs_.items()])
-    target.record_features(None)
-    return {
-        "head_pilot": pilot_.assign(**meta),
-        "head_runs": runs_.assign(
-            chosen_k=runs_.method.map({"feature head": best["head"], "feature head + FR-Spec": best["head+FR"]}), **meta
-        ),
-        "head_outputs": toks.assign(**meta),
-    }
-
-
 if HEAD:
-    hsaved = study.step("head", head_runs, uses=QUESTION_SET + ["HEAD", "HEAD_KS", "FR_VOCAB", "THREADS"])
-    hruns = hsaved["head_runs"]
-    head_table = spec_bench.task_table(hruns, tasks)
-    table = pd.concat([table, head_table], ignore_index=True)
-    hpilot = bench.speedup_table(hsaved["head_pilot"])[
-        ["method", "speedup", "lo", "hi", "total_ratio", "tokens_per_call"]
-    ]
-    display(Markdown("Pilot turns (the draft length k with the highest pooled ratio is kept):"))
-    display(hpilot.round(3))
-    head_cost = pd.DataFrame(
-        [
-            dict(method=m, chosen_k=int(hruns[hruns.method == m].chosen_k.iloc[0]), **bench.loop_costs(hruns, m))
-            for m in hruns.method.unique()
-            if m != "AR"
-        ]
+    hsaved = study.step(
+        "head",
+        partial(psb.head_runs, setup, HEAD, HEAD_KS, FR_VOCAB),
+        uses=QUESTION_SET + ["HEAD", "HEAD_KS", "FR_VOCAB", "THREADS"],
     )
+    hruns = hsaved["head_runs"]
+    table = pd.concat([table, spec_bench.task_table(hruns, tasks)], ignore_index=True)
+    hpilot = bench.speedup_table(hsaved["head_pilot"])
+    display(Markdown("Pilot turns (the draft length k with the highest pooled ratio is kept):"))
+    display(hpilot[["method", "speedup", "lo", "hi", "total_ratio", "tokens_per_call"]].round(3))
+    head_cost = psb.loop_cost_table(hruns)
     results.save(head_cost.assign(**meta), f"{NB}/head_cost")
     display(head_cost.round(3))
     outputs = pd.concat([outputs, hsaved["head_outputs"][hsaved["head_outputs"].method != "AR"]], ignore_index=True)
@@ -481,41 +322,11 @@ if HEAD:
 
 
 # %%
-def draft_model_runs():
-    draft = speclib.load(DRAFT_MODEL, device="cpu")
-    counts = token_counts(REPO / "data" / "checkpoints" / DRAFT_MODEL)
-    lms = {"draft": draft} | (
-        {"draft+FR": draft.view().restrict_vocab(speclib.drafters.frequent_tokens(counts, FR_VOCAB))}
-        if FR_VOCAB
-        else {}
-    )
-
-    def methods_for(kind, k):
-        if kind == "assisted":  # transformers' own loop, the same draft over the whole vocabulary
-            return bench.Loop(partial(peers.hf_assisted, target, draft, k=k), MAX_NEW_TOKENS)
-        return bench.Method(target, MAX_NEW_TOKENS, speclib.ModelDrafter(lms[kind], k))
-
-    kinds = [*lms, "assisted"]
-    grid = {"AR": ar_run} | {f"{kind} k={k}": methods_for(kind, k) for kind in kinds for k in DRAFT_KS}
-    pilot_ = bench.paired_runs([t[0] for t in pilot_turns], grid)
-    ratio = {m: bench.speedup(pilot_, m)["total_ratio"] for m in grid if m != "AR"}
-    best = {kind: max(DRAFT_KS, key=lambda k: ratio[f"{kind} k={k}"]) for kind in kinds}
-    names = {"draft": "draft model", "draft+FR": "draft model + FR-Spec", "assisted": "transformers assisted"}
-    methods = {"AR": ar_run} | {names[kind]: methods_for(kind, best[kind]) for kind in kinds}
-    outputs_ = {}
-    runs_ = bench.paired_runs([t[0] for t in reported_turns], {m: recorded(m, f, outputs_) for m, f in methods.items()})
-    toks = pd.DataFrame([dict(prompt=i, method=m, tokens=list(map(int, t))) for (i, m), t in outputs_.items()])
-    chosen = runs_.method.map({names[kind]: best[kind] for kind in kinds})
-    return {
-        "draft_pilot": pilot_.assign(**meta),
-        "draft_runs": runs_.assign(chosen_k=chosen, **meta),
-        "draft_outputs": toks.assign(**meta),
-    }
-
-
 if DRAFT_MODEL:
     dsaved = study.step(
-        "draft_model", draft_model_runs, uses=QUESTION_SET + ["DRAFT_MODEL", "DRAFT_KS", "FR_VOCAB", "THREADS"]
+        "draft_model",
+        partial(psb.draft_model_runs, setup, DRAFT_MODEL, DRAFT_KS, FR_VOCAB),
+        uses=QUESTION_SET + ["DRAFT_MODEL", "DRAFT_KS", "FR_VOCAB", "THREADS"],
     )
     druns = dsaved["draft_runs"]
     table = pd.concat([table, spec_bench.task_table(druns, tasks)], ignore_index=True)
@@ -523,32 +334,11 @@ if DRAFT_MODEL:
     display(
         bench.speedup_table(dsaved["draft_pilot"])[["method", "speedup", "total_ratio", "tokens_per_call"]].round(3)
     )
-    draft_cost = pd.DataFrame(
-        [
-            dict(
-                method=m,
-                chosen_k=int(druns[druns.method == m].chosen_k.iloc[0]),
-                token_acceptance=druns[druns.method == m].accepted.sum() / druns[druns.method == m].reached.sum(),
-                **bench.loop_costs(druns, m),
-            )
-            for m in druns.method.unique()
-            if m not in ("AR", "transformers assisted")  # transformers' loop reports no steps
-        ]
-    )
+    # transformers' loop reports no steps: no costs for it
+    draft_cost = psb.loop_cost_table(druns, acceptance=True, skip=("AR", "transformers assisted"))
     results.save(draft_cost.assign(**meta), f"{NB}/draft_cost")
     display(draft_cost.round(3))
-    if "transformers assisted" in set(druns.method):
-        best_draft = max(["draft model", "draft model + FR-Spec"], key=lambda m: bench.speedup(druns, m)["speedup"])
-        over_hf = bench.speedup(druns, best_draft, "transformers assisted")
-        hf_k = int(druns[druns.method == "transformers assisted"].chosen_k.iloc[0])
-        display(
-            Markdown(
-                f"transformers' assisted generation with the same draft (its k = {hf_k} chosen on the same pilot "
-                f"turns) runs at {bench.speedup(druns, 'transformers assisted')['speedup']:.2f}x speclib's AR; speclib's "
-                f"{best_draft} runs at **{over_hf['speedup']:.2f}x** its speed, paired per turn (95% CI "
-                f"{over_hf['lo']:.2f}-{over_hf['hi']:.2f}; the workbook's aim is at least 1.2x)."
-            )
-        )
+    display(Markdown(verdicts.assisted_text(druns)))
     outputs = pd.concat([outputs, dsaved["draft_outputs"][dsaved["draft_outputs"].method != "AR"]], ignore_index=True)
 
 # %% [markdown]
@@ -566,52 +356,22 @@ if DRAFT_MODEL:
 
 
 # %%
-def self_draft_runs():
-    if EXIT_TEXT == "chat":
-        chat_data.answer(TARGET, "train", REST_ANSWERS)  # cached in build/ (REST's datastore reads the same answers)
-        stream = chat_data.stream(TARGET, "train", REST_ANSWERS)
-    else:
-        stream = chat_data.prompt_stream(TARGET, "train", REST_ANSWERS)
-    fr = (
-        speclib.drafters.frequent_tokens(np.bincount(stream, minlength=target.model.config.vocab_size), FR_VOCAB)
-        if FR_VOCAB
-        else None
-    )
-    exits, reports = {}, []
-    with speclib.core.device.threads(None):  # training is untimed: every CPU
-        for kind, n in SELF_DRAFTS:
-            layers = subset(target, kind, n)
-            adapter, rep = train_exit(target, layers, stream, EXIT_STEPS, minutes=EXIT_MINUTES, seed=SEED)
-            name = kind if n is None else f"{kind} {n}"
-            exits[name] = (layers, adapter)
-            reports.append(dict(subset=name, **{k: v for k, v in rep.items() if k != "layers"}, layers=len(layers)))
-
-    def method(name, k):
-        view = target.view(layers=exits[name][0], exit=exits[name][1])
-        if fr is not None:
-            view.restrict_vocab(fr)
-        return bench.Method(target, MAX_NEW_TOKENS, speclib.ModelDrafter(view, k))
-
-    grid = {"AR": ar_run} | {f"{name} k={k}": method(name, k) for name in exits for k in SELF_KS}
-    pilot_ = bench.paired_runs([t[0] for t in pilot_turns], grid)
-    best = max((m for m in grid if m != "AR"), key=lambda m: bench.speedup(pilot_, m)["total_ratio"])
-    name, k = best.rsplit(" k=", 1)
-    outputs_ = {}
-    methods = {"AR": ar_run, "self-draft": method(name, int(k))}
-    runs_ = bench.paired_runs([t[0] for t in reported_turns], {m: recorded(m, f, outputs_) for m, f in methods.items()})
-    toks = pd.DataFrame([dict(prompt=i, method=m, tokens=list(map(int, t))) for (i, m), t in outputs_.items()])
-    return {
-        "self_pilot": pilot_.assign(**meta),
-        "self_runs": runs_.assign(subset=name, chosen_k=int(k), fr_vocab=FR_VOCAB or 0, **meta),
-        "self_outputs": toks.assign(**meta),
-        "self_exits": pd.DataFrame(reports).assign(**meta),
-    }
-
-
 if SELF_DRAFTS:
     fsaved = study.step(
         "self_draft",
-        self_draft_runs,
+        partial(
+            psb.self_draft_runs,
+            setup,
+            TARGET,
+            SELF_DRAFTS,
+            SELF_KS,
+            EXIT_STEPS,
+            EXIT_MINUTES,
+            EXIT_TEXT,
+            REST_ANSWERS,
+            FR_VOCAB,
+            SEED,
+        ),
         uses=QUESTION_SET
         + ["SELF_DRAFTS", "SELF_KS", "EXIT_STEPS", "EXIT_MINUTES", "EXIT_TEXT", "REST_ANSWERS", "FR_VOCAB"]
         + ["THREADS"],
@@ -622,22 +382,9 @@ if SELF_DRAFTS:
     display(fsaved["self_exits"].drop(columns=[*meta, "eval_windows", "seq"]).round(3))
     display(Markdown("Pilot turns (the subset and k with the highest pooled ratio are kept):"))
     display(bench.speedup_table(fsaved["self_pilot"])[["method", "speedup", "total_ratio", "tokens_per_call"]].round(3))
-    self_cost = dict(
-        subset=fruns.subset.iloc[0],
-        chosen_k=int(fruns.chosen_k.iloc[0]),
-        token_acceptance=fruns[fruns.method == "self-draft"].accepted.sum()
-        / fruns[fruns.method == "self-draft"].reached.sum(),
-        **bench.loop_costs(fruns, "self-draft"),
-    )
+    self_cost = psb.self_cost(fruns)
     results.save(pd.DataFrame([self_cost]).assign(**meta), f"{NB}/self_cost")
-    r_self = bench.speedup(fruns, "self-draft")
-    display(
-        Markdown(
-            f"Chosen: {self_cost['subset']} at k = {self_cost['chosen_k']}. On the reported turns the self-draft runs at "
-            f"{r_self['speedup']:.2f}x AR (95% CI {r_self['lo']:.2f}-{r_self['hi']:.2f}): per-token acceptance "
-            f"{self_cost['token_acceptance']:.2f}, a draft step costing c = {self_cost['c']:.2f} target passes."
-        )
-    )
+    display(Markdown(verdicts.self_draft_text(self_cost, fruns)))
     outputs = pd.concat([outputs, fsaved["self_outputs"][fsaved["self_outputs"].method != "AR"]], ignore_index=True)
 
 # %% [markdown]
@@ -658,50 +405,9 @@ if SELF_DRAFTS:
 
 
 # %%
-def recycling_runs():
-    pilot = [ids for ids, *_ in pilot_turns]  # the default template fills the matrix
-    warm = hvd_plumbing.warm_recycling(target, pilot, MAX_NEW_TOKENS, RECYCLING_TOP_K, max(RECYCLING_NODES))
-    rank_accept = warm.fitted_rank_accept()
-    choice = []
-    for n in RECYCLING_NODES:
-        parents, ranks = recycling_template(n, rank_accept)
-        acc = expected_accepted(parents, ranks, rank_accept)
-        choice.append(
-            dict(
-                nodes=n,
-                depth=max(speclib.Tree([0] * n, parents).depths()) + 1,
-                expected_accepted=acc,
-                predicted_speedup=(1 + acc) * t1 / passes[n + 1],
-            )
-        )
-    choice = pd.DataFrame(choice)
-    nodes = int(choice.nodes[choice.predicted_speedup.idxmax()])
-    # both start from the pilot's matrix; the cold drafter empties it at each turn
-    hot, cold = warm.with_template(nodes), warm.with_template(nodes, shared=False)
-    methods = {
-        "AR": bench.Method(target, MAX_NEW_TOKENS),
-        "token recycling": bench.Method(target, MAX_NEW_TOKENS, hot),
-        "token recycling (cold)": bench.Method(target, MAX_NEW_TOKENS, cold),
-    }
-    for run in methods.values():  # warm-up on a pilot turn: the hot matrix must not see a reported one first
-        run(pilot_turns[0][0], 0)
-    outputs_ = {}
-    runs_ = bench.paired_runs(
-        [t[0] for t in reported_turns], {m: recorded(m, f, outputs_) for m, f in methods.items()}, warmup=False
-    )
-    toks = pd.DataFrame([dict(prompt=i, method=m, tokens=list(map(int, t))) for (i, m), t in outputs_.items()])
-    ranks = pd.DataFrame(dict(rank=range(RECYCLING_TOP_K + 1), share=warm.rank_counts / warm.rank_counts.sum()))
-    return {
-        "recycling_choice": choice.assign(chosen=choice.nodes == nodes, **meta),
-        "recycling_ranks": ranks.assign(**meta),
-        "recycling_runs": runs_.assign(nodes=nodes, **meta),
-        "recycling_outputs": toks.assign(**meta),
-    }
-
-
 rsaved = study.step(
     "recycling",
-    recycling_runs,
+    partial(psb.recycling_runs, setup, RECYCLING_NODES, RECYCLING_TOP_K, t1, passes),
     uses=QUESTION_SET + ["RECYCLING_NODES", "RECYCLING_TOP_K", "LATENCY_REPEATS", "THREADS"],
 )
 rruns, rchoice = rsaved["recycling_runs"], rsaved["recycling_choice"]
@@ -710,20 +416,7 @@ outputs = pd.concat(
     [outputs, rsaved["recycling_outputs"][rsaved["recycling_outputs"].method != "AR"]], ignore_index=True
 )
 display(rchoice.drop(columns=list(meta)).round(3))
-rank_share = rsaved["recycling_ranks"].share.to_numpy()
-r_over = bench.speedup(rruns, "token recycling")
-chosen = rchoice[rchoice.chosen].iloc[0]
-tps = spec_bench.task_table(rruns, tasks).set_index(["task", "method"]).tokens_per_step
-display(
-    Markdown(
-        f"After the warm-up the target's next token was a token's first candidate {rank_share[0]:.0%} of the time, its "
-        f"second {rank_share[1]:.0%}, one of the other {RECYCLING_TOP_K - 2} {rank_share[2:-1].sum():.0%}, and not among them "
-        f"{rank_share[-1]:.0%}. The cost model chose **{int(chosen.nodes)} nodes** (predicted {chosen.predicted_speedup:.2f}x). "
-        f"Measured on the reported turns: {r_over['speedup']:.2f}x over AR (95% CI {r_over['lo']:.2f}-{r_over['hi']:.2f}), "
-        f"{tps['overall', 'token recycling']:.2f} tokens per step with the matrix carried over and "
-        f"{tps['overall', 'token recycling (cold)']:.2f} from a cold start (the leaderboard: 2.73 on Vicuna-7B)."
-    )
-)
+display(Markdown(verdicts.recycling_text(rsaved, tasks, RECYCLING_TOP_K)))
 
 # %% [markdown]
 # ### Retrieval from a datastore: REST
@@ -736,73 +429,18 @@ display(
 # turns (measured, paired with AR), then REST runs paired with AR on the reported turns.
 
 # %%
-_stores = {}
-
-
-def rest_store():
-    """The datastore and the seconds its suffix array took, built once per run (two steps use it)."""
-    key = (TARGET, REST_SOURCE, REST_ANSWERS)
-    if key not in _stores:
-        _stores[key] = datastore.build(TARGET, REST_SOURCE, n=REST_ANSWERS)
-    return _stores[key]
-
-
-def rest_runs():
-    store, build_s = rest_store()
-    ar = bench.Method(target, MAX_NEW_TOKENS)
-
-    def method(nodes):
-        return bench.Method(target, MAX_NEW_TOKENS, partial(rest.RestDrafter, store, nodes=nodes))
-
-    pilot_ = bench.paired_runs(
-        [t[0] for t in pilot_turns], {"AR": ar} | {f"REST nodes={n}": method(n) for n in REST_NODES}
-    )
-    nodes = max(REST_NODES, key=lambda n: bench.speedup(pilot_, f"REST nodes={n}")["total_ratio"])
-    outputs_ = {}
-    runs_ = bench.paired_runs(
-        [t[0] for t in reported_turns],
-        {m: recorded(m, f, outputs_) for m, f in {"AR": ar, "REST": method(nodes)}.items()},
-    )
-    toks = pd.DataFrame([dict(prompt=i, method=m, tokens=list(map(int, t))) for (i, m), t in outputs_.items()])
-    info = pd.DataFrame(
-        [
-            dict(
-                source=REST_SOURCE,
-                instructions=REST_ANSWERS,
-                tokens=len(store),
-                megabytes=store.nbytes / 2**20,
-                suffix_array_s=build_s,
-                nodes=nodes,
-            )
-        ]
-    )
-    return {
-        "rest_pilot": pilot_.assign(**meta),
-        "rest_runs": runs_.assign(nodes=nodes, **meta),
-        "rest_outputs": toks.assign(**meta),
-        "rest_store": info.assign(**meta),
-    }
-
-
-ssaved = study.step("rest", rest_runs, uses=QUESTION_SET + ["REST_SOURCE", "REST_ANSWERS", "REST_NODES", "THREADS"])
+rest_store = partial(psb.rest_store, TARGET, REST_SOURCE, REST_ANSWERS)  # built once per run: two steps use it
+recorded = psb.Recorded  # a method that keeps its outputs (the next step records with it)
+ssaved = study.step(
+    "rest",
+    partial(psb.rest_runs, setup, rest_store, REST_SOURCE, REST_ANSWERS, REST_NODES),
+    uses=QUESTION_SET + ["REST_SOURCE", "REST_ANSWERS", "REST_NODES", "THREADS"],
+)
 table = pd.concat([table, spec_bench.task_table(ssaved["rest_runs"], tasks)], ignore_index=True)
 outputs = pd.concat([outputs, ssaved["rest_outputs"][ssaved["rest_outputs"].method != "AR"]], ignore_index=True)
-display(
-    bench.speedup_table(ssaved["rest_pilot"])[
-        ["method", "speedup", "lo", "hi", "total_ratio", "tokens_per_call"]
-    ].round(3)
-)
-store_info = ssaved["rest_store"].iloc[0]
-r_rest = bench.speedup(ssaved["rest_runs"], "REST")
-display(
-    Markdown(
-        f"The datastore: {int(store_info.tokens):,} tokens ({store_info.megabytes:.1f} MB with its suffix array, sorted in "
-        f"{store_info.suffix_array_s:.2f} s). Chosen on the pilot turns: {int(store_info.nodes)} nodes. On the reported turns "
-        f"REST runs at {r_rest['speedup']:.2f}x AR (95% CI {r_rest['lo']:.2f}-{r_rest['hi']:.2f}), "
-        f"{spec_bench.task_table(ssaved['rest_runs'], tasks).set_index(['task', 'method']).tokens_per_step['overall', 'REST']:.2f} "
-        f"tokens per step (the leaderboard: 1.63 on Vicuna-7B with a 12 GB datastore of chat text)."
-    )
-)
+rest_pilot = bench.speedup_table(ssaved["rest_pilot"])
+display(rest_pilot[["method", "speedup", "lo", "hi", "total_ratio", "tokens_per_call"]].round(3))
+display(Markdown(verdicts.rest_text(ssaved, tasks)))
 
 # %% [markdown]
 # ### Jacobi guesses, and choosing among every source: Lookahead and HVD
@@ -997,59 +635,13 @@ plt.show()
 
 # %%
 tok = outputs.pivot(index="prompt", columns="method", values="tokens")
-
-
-def common_prefix(a, b):
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
-
-
-identity = []
-for m in tok.columns:
-    ref = "llama.cpp AR" if m == "llama.cpp prompt lookup" else "AR"
-    same = [list(tok.loc[i, m]) == list(tok.loc[i, ref]) for i in tok.index]
-    prefix = [common_prefix(tok.loc[i, m], tok.loc[i, ref]) / max(1, len(tok.loc[i, ref])) for i in tok.index]
-    identity.append(
-        dict(
-            method=m,
-            reference=ref,
-            identical=int(sum(same)),
-            turns=len(same),
-            mean_common_prefix=float(np.mean(prefix)),
-        )
-    )
-identity = pd.DataFrame(identity)
+identity = psb.identity_table(tok)
 results.save(identity.assign(**meta), f"{NB}/identity")
 display(identity.round(3))
-speclib_methods = [
-    "prompt lookup",
-    "suffix",
-    "token recycling",
-    "token recycling (cold)",
-    "REST",
-    "lookahead",
-    "HVD (every source)",
-] + [
-    m
-    for m in ("feature head", "feature head + FR-Spec", "draft model", "draft model + FR-Spec", "self-draft")
-    if m in tok.columns
-]
-assert all(identity.set_index("method").identical[m] == len(tok) for m in speclib_methods), (
+assert all(identity.set_index("method").identical[m] == len(tok) for m in psb.speclib_methods(tok.columns)), (
     "a speclib method changed the greedy output"
 )
-cpp_row = identity.set_index("method").loc["llama.cpp AR"] if "llama.cpp AR" in tok.columns else None
-if cpp_row is not None:
-    display(
-        Markdown(
-            f"llama.cpp's greedy output on the Q4_1 file equals the dequantized float32 model's on "
-            f"{cpp_row.identical} of {cpp_row.turns} turns; on average the two agree on the first "
-            f"{cpp_row.mean_common_prefix:.0%} of the float32 answer before they part."
-        )
-    )
+display(Markdown(verdicts.llamacpp_agreement_text(identity)))
 
 # %% [markdown]
 # ## 5 · Three implementations of one method
@@ -1059,46 +651,10 @@ if cpp_row is not None:
 
 
 # %%
-speed = runs.groupby("method").tokens_per_s.median()
-impl = []
-for name, ar, pld in [
-    ("speclib", "AR", "prompt lookup"),
-    ("transformers", "transformers AR", "transformers prompt lookup"),
-    ("llama.cpp", "llama.cpp AR", "llama.cpp prompt lookup"),
-]:
-    if pld not in set(runs.method):
-        continue
-    own = bench.speedup(runs, pld, ar)
-    impl.append(
-        dict(
-            implementation=name,
-            ar_tokens_per_s=speed[ar],
-            lookup_tokens_per_s=speed[pld],
-            lookup_over_own_ar=own["speedup"],
-            lo=own["lo"],
-            hi=own["hi"],
-            lookup_over_speclib_ar=overall.speedup[pld] if pld in overall.index else 1.0,
-        )
-    )
-impl = pd.DataFrame(impl)
+impl = psb.implementations(runs, overall)
 results.save(impl.assign(**meta), f"{NB}/implementations")
 display(impl.round(3))
-sp = impl.set_index("implementation")
-fastest = sp.lookup_tokens_per_s.idxmax()
-display(
-    Markdown(
-        "Median tokens per second with prompt lookup: "
-        + ", ".join(f"{i} {r.lookup_tokens_per_s:.1f}" for i, r in sp.iterrows())
-        + f". The fastest here is **{fastest}**. speclib's prompt lookup runs at "
-        f"{sp.lookup_tokens_per_s['speclib'] / sp.lookup_tokens_per_s['transformers']:.2f}x transformers' "
-        + (
-            f"and {sp.lookup_tokens_per_s['speclib'] / sp.lookup_tokens_per_s['llama.cpp']:.2f}x llama.cpp's "
-            if "llama.cpp" in sp.index
-            else ""
-        )
-        + "(ratios of median tokens per second over the same turns)."
-    )
-)
+display(Markdown(verdicts.implementations_text(impl)))
 
 # %% [markdown]
 # ## 6 · The per-task profile beside Spec-Bench's leaderboard
@@ -1111,41 +667,10 @@ display(
 
 # %%
 board = spec_bench.leaderboard().set_index("method")
-speed_of = table.pivot(index="task", columns="method", values="speedup")
-steps_of = table.pivot(index="task", columns="method", values="tokens_per_step")
-pairs = [("prompt lookup", "PLD"), ("token recycling", "Recycling"), ("REST", "REST"), ("lookahead", "Lookahead")]
-prof = pd.DataFrame(
-    {
-        **{f"here ({m})": speed_of[m].reindex(spec_bench.TASKS) for m, _ in pairs},
-        **{f"leaderboard {b}": board.loc[b, list(spec_bench.TASKS)].astype(float) for _, b in pairs},
-        "leaderboard SpS": board.loc["SpS", list(spec_bench.TASKS)].astype(float),
-    }
-).dropna()
+prof = psb.profile(table, board)
 results.save(prof.reset_index(names="task").assign(**meta), f"{NB}/profile")
 display(prof.round(2))
-if len(prof) >= 3:
-    lines = []
-    for m, b in pairs:
-        rho = spearmanr(prof[f"here ({m})"], prof[f"leaderboard {b}"]).statistic
-        lines.append(
-            f"**{m}**: Spearman {rho:.2f} over {len(prof)} tasks; gains most on {prof[f'here ({m})'].idxmax()} here, "
-            f"{prof[f'leaderboard {b}'].idxmax()} on the leaderboard; {overall.tokens_per_step[m]:.2f} tokens per step here, "
-            f"{board.loc[b, 'tokens_per_step']:.2f} there."
-        )
-    uncopied = [t for t in ("translation", "qa", "math_reasoning") if t in speed_of.index]
-    wins = [t for t in uncopied if speed_of.loc[t, "token recycling"] > speed_of.loc[t, "prompt lookup"]]
-    lines.append(
-        f"Where the answer copies little from the prompt ({', '.join(uncopied)}), Token Recycling's median speedup "
-        f"over AR is above prompt lookup's on {len(wins)} of {len(uncopied)} tasks (each measured against its own "
-        f"step's AR runs; the intervals are in `task_table`)"
-        + (f" ({', '.join(wins)})" if wins else "")
-        + "; tokens per step there: "
-        + ", ".join(
-            f"{t} {steps_of.loc[t, 'token recycling']:.2f} vs {steps_of.loc[t, 'prompt lookup']:.2f}" for t in uncopied
-        )
-        + "."
-    )
-    display(Markdown("\n\n".join(lines)))
+display(Markdown(verdicts.profile_text(prof, table, board)))
 
 # %% [markdown]
 # ### At Spec-Bench's own answer length
@@ -1160,75 +685,16 @@ if len(prof) >= 3:
 
 
 # %%
-def long_runs():
-    n, k = best_lookup
-
-    def methods(cap):
-        return {
-            "AR": bench.Method(target, cap),
-            "prompt lookup": bench.Method(target, cap, partial(PromptLookupDrafter, n, k)),
-            "suffix": bench.Method(target, cap, partial(SuffixDrafter, max_spec=best_suffix)),
-        }
-
-    for run in methods(MAX_NEW_TOKENS).values():  # warm-up on a pilot turn at the short cap
-        run(pilot_turns[0][0], -1)
-    qs_ = [q for q in reported_qs if q["task"] in LONG_TASKS]
-    ids_ = [spec_bench.turn_ids(target, q, max_new_tokens=LONG_MAX_NEW_TOKENS) for q in qs_]
-    outputs_ = {}
-    runs_ = bench.paired_runs(
-        ids_, {m: recorded(m, f, outputs_) for m, f in methods(LONG_MAX_NEW_TOKENS).items()}, warmup=False
-    )
-    turns_ = pd.DataFrame(
-        [
-            dict(prompt=i, task=q["task"], question_id=q["question_id"], answer=outputs_[(i, "AR")])
-            for i, q in enumerate(qs_)
-        ]
-    )
-    turns_ = turns_.assign(
-        new_tokens=turns_.answer.map(len), repeated=turns_.answer.map(spec_bench.repeated_share)
-    ).drop(columns="answer")
-    return {"long_runs": runs_.assign(**meta), "long_turns": turns_.assign(**meta)}
-
-
-def outside_shares(runs_, tasks_):
-    """Per task and overall, the share of AR's seconds spent outside its verify passes (prefill, bookkeeping),
-    pooled over turns: what no drafter can shorten."""
-    ar = runs_[runs_.method == "AR"].assign(task=lambda d: d.prompt.map(tasks_))
-    return {
-        t: float((g.seconds - g.verify_s).sum() / g.seconds.sum()) for t, g in [*ar.groupby("task"), ("overall", ar)]
-    }
-
-
-def ceiling_table(runs_, tasks_, methods=None):
-    """Per task and overall, each method's ceiling (`bench.ceiling_runs`) with its 95% CI; `methods`: only these."""
-    c = bench.ceiling_runs(runs_)
-    if methods is not None:
-        c = c[c.method.isin(["AR", *methods])]
-    t = spec_bench.task_table(c, tasks_)[["task", "method", "speedup", "lo", "hi"]]
-    return t.rename(columns=dict(speedup="ceiling", lo="ceiling_lo", hi="ceiling_hi"))
-
-
 if LONG_MAX_NEW_TOKENS:
     lsaved = study.step(
         "long_answers",
-        long_runs,
+        partial(psb.long_runs, setup, reported_qs, best_lookup, best_suffix, LONG_MAX_NEW_TOKENS, LONG_TASKS),
         uses=QUESTION_SET + ["LOOKUP_GRID", "SUFFIX_GRID", "LONG_MAX_NEW_TOKENS", "LONG_TASKS", "THREADS"],
     )
     lruns, lturns = lsaved["long_runs"], lsaved["long_turns"]
-    ltasks = dict(zip(lturns.prompt, lturns.task))
     # the same questions at the short cap, from the benchmark step (first turns: these tasks have one)
-    short_ids = {qid: i for i, (_, _, qid, turn) in enumerate(reported_turns) if turn == 1}
-    ar_short = outputs[outputs.method == "AR"].set_index("prompt").tokens
-    bruns = runs.set_index(["prompt", "method"]).tokens_per_s
-    lspeed = lruns.set_index(["prompt", "method"]).tokens_per_s
-    per_turn = lturns.assign(
-        short_prompt=lturns.question_id.map(short_ids),
-        repeated_short=lambda d: d.short_prompt.map(lambda i: spec_bench.repeated_share(list(ar_short[i]))),
-        lookup_short=lambda d: d.short_prompt.map(lambda i: bruns[i, "prompt lookup"] / bruns[i, "AR"]),
-        lookup_long=lambda d: d.prompt.map(lambda i: lspeed[i, "prompt lookup"] / lspeed[i, "AR"]),
-    )
-    long_table = spec_bench.task_table(lruns, ltasks).merge(ceiling_table(lruns, ltasks), on=["task", "method"])
-    long_table["outside_share"] = long_table.task.map(outside_shares(lruns, ltasks))
+    per_turn = psb.long_per_turn(lturns, reported_turns, outputs, runs, lruns)
+    long_table = psb.long_table(lruns, lturns)
     results.save(long_table.assign(cap=LONG_MAX_NEW_TOKENS, **meta), f"{NB}/long_table")
     display(
         long_table.set_index(["task", "method"])[
@@ -1236,47 +702,12 @@ if LONG_MAX_NEW_TOKENS:
         ].round(2)
     )
     display(per_turn.drop(columns=[*meta, "git_sha", "short_prompt"], errors="ignore").round(2))
-    fig, ax = plt.subplots(figsize=(5.5, 3.6))
-    ax.scatter(per_turn.repeated_short, per_turn.lookup_short, label=f"answers up to {MAX_NEW_TOKENS} tokens")
-    ax.scatter(per_turn.repeated, per_turn.lookup_long, marker="s", label=f"up to {LONG_MAX_NEW_TOKENS}")
-    for r in per_turn.itertuples():
-        ax.plot([r.repeated_short, r.repeated], [r.lookup_short, r.lookup_long], color="grey", lw=0.5)
-    ax.axhline(1, color="grey", lw=0.8, ls=":")
-    ax.set(
-        xlabel="share of the AR answer's 4-grams seen earlier in it",
-        ylabel="prompt lookup over AR (per turn)",
-        title=", ".join(LONG_TASKS),
-    )
-    ax.legend(fontsize=8)
+    fig = psb.long_answers_figure(per_turn, MAX_NEW_TOKENS, LONG_MAX_NEW_TOKENS, ", ".join(LONG_TASKS))
     savefig(fig, f"{NB}_long_answers")
     plt.show()
-    lo_ = long_table[long_table.method == "prompt lookup"].set_index("task")
-    short_pl = table[table.method == "prompt lookup"].set_index("task")
-    loops = per_turn[per_turn.repeated > 0.5]
-    rho_rep = spearmanr(per_turn.repeated, per_turn.lookup_long).statistic if len(per_turn) > 2 else np.nan
     display(
         Markdown(
-            f"At {LONG_MAX_NEW_TOKENS} new tokens, prompt lookup over AR: "
-            + "; ".join(
-                f"{t} **{lo_.speedup[t]:.2f}x**"
-                + (f" (95% CI {lo_.lo[t]:.2f}–{lo_.hi[t]:.2f})" if lo_.lo[t] == lo_.lo[t] else "")
-                + f" at {lo_.tokens_per_step[t]:.2f} tokens per step (at {MAX_NEW_TOKENS}: {short_pl.speedup[t]:.2f}x, "
-                f"{short_pl.tokens_per_step[t]:.2f} tokens per step); prefill and bookkeeping {lo_.outside_share[t]:.0%} "
-                "of AR's time"
-                for t in LONG_TASKS
-                if t in lo_.index
-            )
-            + f". The AR answers average {per_turn.new_tokens.mean():.0f} tokens (at most {LONG_MAX_NEW_TOKENS}); "
-            f"{len(loops)} of {len(per_turn)} repeat more than half of their 4-grams"
-            + (f" ({', '.join(f'{r.task} {r.question_id}' for r in loops.itertuples())})" if len(loops) else "")
-            + (
-                f", and across turns the gain follows the repetition (Spearman {rho_rep:.2f}): "
-                "much of what the longer cap adds is the model copying its own loop."
-                if rho_rep >= 0.5
-                else f"; across turns the gain does not follow the repetition closely (Spearman {rho_rep:.2f})."
-                if rho_rep == rho_rep
-                else "."
-            )
+            verdicts.long_answers_text(long_table, per_turn, table, LONG_TASKS, MAX_NEW_TOKENS, LONG_MAX_NEW_TOKENS)
         )
     )
 
@@ -1294,50 +725,13 @@ if LONG_MAX_NEW_TOKENS:
 
 
 # %%
-def chi2_tests():
-    n, k = best_lookup
-    job = dict(prompts=[t[0] for t in reported_turns], n_tokens=CHI2_TOKENS, max_new_tokens=64)
-    base = SEED * 10**6
-    runs_ = sampled.sample_runs_parallel(  # untimed: every core samples, one process per set of runs
-        TARGET,
-        {
-            "AR": job | dict(seed0=base),
-            "prompt lookup": job | dict(seed0=base, make_drafter=partial(PromptLookupDrafter, n, k)),
-            "suffix": job | dict(seed0=base, make_drafter=partial(SuffixDrafter, max_spec=best_suffix)),
-            "AR (negative control)": job | dict(seed0=base + 10**5),
-        },
-        workers=speclib.core.device.cpu_count(),
-    )
-    rows = []
-    for name in ["prompt lookup", "suffix", "AR (negative control)"]:
-        m = min(len(runs_["AR"]), len(runs_[name]))
-        r = stats.run_permutation_test(runs_["AR"][:m], runs_[name][:m], n_perm=999, paired=True, seed=SEED)
-        rows.append(
-            dict(
-                method=name,
-                chi2=r.chi2,
-                dof=r.dof,
-                p_asymptotic=r.p_asymptotic,
-                p_permutation=r.p_permutation,
-                tokens_ar=r.n_a,
-                tokens_method=r.n_b,
-                runs=m,
-            )
-        )
-    return pd.DataFrame(rows).assign(**meta)
-
-
-chi = study.step("chi2", chi2_tests, uses=QUESTION_SET + ["LOOKUP_GRID", "SUFFIX_GRID", "CHI2_TOKENS", "THREADS"])
-display(chi.round(4))
-rejected = chi[chi.p_permutation < 0.05].method.tolist()
-display(
-    Markdown(
-        "No row rejects at α = 0.05."
-        if not rejected
-        else f"Rejected at α = 0.05: {', '.join(rejected)} — a lossless method should be rejected 5% of the time, "
-        "so one rejection among three rows is not evidence by itself; rerun with another SEED before concluding."
-    )
+chi = study.step(
+    "chi2",
+    partial(psb.chi2_tests, TARGET, setup, best_lookup, best_suffix, CHI2_TOKENS, SEED),
+    uses=QUESTION_SET + ["LOOKUP_GRID", "SUFFIX_GRID", "CHI2_TOKENS", "THREADS"],
 )
+display(chi.round(4))
+display(Markdown(verdicts.chi2_text(chi)))
 
 # %% [markdown]
 # ## 8 · The same speculation on other runtimes
@@ -1355,185 +749,32 @@ display(
 
 
 # %%
-def steps_cost(lat_b, drafted):
-    """Seconds of the verify passes of steps that drafted `drafted` tokens, from one runtime's T(n)."""
-    return float(sum(lat_b[d + 1] for d in drafted))
-
-
-def predicted_speedup(lat_b, drafted, tokens):
-    """Decode-only prediction: AR pays T(1) per token, each speculative step T(d + 1)."""
-    return tokens * lat_b[1] / steps_cost(lat_b, drafted)
-
-
-def with_steps(method, name, steps):
-    """`method` that also keeps each run's nodes drafted per step in steps[(prompt index, name)]."""
-
-    def run(ids, i):
-        g = method(ids, i)
-        steps[(i, name)] = [s["drafted"] for s in g.stats.steps]
-        return g
-
-    return run
-
-
-def runtime_runs():
-    for b in RUNTIMES:
-        backends.check(b)  # a missing runtime stops here, before anything is timed
-    lms = {b: target if b == "torch" else speclib.load(TARGET, backend=b) for b in RUNTIMES}
-    ns = list(range(1, max(RUNTIME_KS) + 2))
-    prefix = int(costs.prefix_len.iloc[0])
-    secs = bench.latencies([(lms[b], n) for b in RUNTIMES for n in ns], prefix_len=prefix, repeats=LATENCY_REPEATS)
-    lat = pd.DataFrame([dict(backend=b, n=n) for b in RUNTIMES for n in ns]).assign(seconds=secs, prefix_len=prefix)
-    T = {b: lat[lat.backend == b].set_index("n").seconds for b in RUNTIMES}
-    ngram = best_lookup[0]
-    drafts = []
-    for k in RUNTIME_KS:  # untimed: which drafts prompt lookup makes on the pilot turns
-        for i, (ids, *_) in enumerate(pilot_turns):
-            g = generate(target, ids, MAX_NEW_TOKENS, drafter=PromptLookupDrafter(ngram, k), sampling=GREEDY)
-            drafts.append(dict(k=k, prompt=i, drafted=[s["drafted"] for s in g.stats.steps], tokens=len(g.tokens)))
-    drafts = pd.DataFrame(drafts)
-
-    def pilot_prediction(b, k):
-        d = drafts[drafts.k == k]
-        return predicted_speedup(T[b], [x for row in d.drafted for x in row], int(d.tokens.sum()))
-
-    choice = pd.DataFrame(
-        [dict(backend=b, k=k, predicted=pilot_prediction(b, k)) for b in RUNTIMES for k in RUNTIME_KS]
-    )
-    chosen = choice.loc[choice.groupby("backend").predicted.idxmax()].set_index("backend").k
-    subset = {
-        q["question_id"]
-        for task in spec_bench.TASKS
-        for q in [q for q in reported_qs if q["task"] == task][:RUNTIME_PER_TASK]
-    }
-    sub_turns = [t for t in reported_turns if t[2] in subset]
-    all_runs = []
-    for b in RUNTIMES:
-        lm, k, steps = lms[b], int(chosen[b]), {}
-        methods = {
-            "AR": with_steps(bench.Method(lm, MAX_NEW_TOKENS), "AR", steps),
-            "prompt lookup": with_steps(
-                bench.Method(lm, MAX_NEW_TOKENS, partial(PromptLookupDrafter, ngram, k)), "prompt lookup", steps
-            ),
-        }
-        if b == "llamacpp-gguf":  # llama.cpp's own prompt lookup loop on the same file, same n-gram and k
-            cpp_pld = peers.LlamaCpp(gguf, threads=threads, lookup=(ngram, k), eos_token_id=target.eos_token_id)
-            methods["llama.cpp prompt lookup"] = bench.Loop(cpp_pld.generate, MAX_NEW_TOKENS)
-        r = bench.paired_runs([t[0] for t in sub_turns], methods)
-        r["predicted_verify_s"] = [
-            steps_cost(T[b], steps[(p, m)]) if (p, m) in steps else np.nan for p, m in zip(r.prompt, r.method)
-        ]
-        all_runs.append(r.assign(backend=b, k=k, task=[sub_turns[p][1] for p in r.prompt]))
-        lms.pop(b)  # free this runtime's weights before the next one
-    return {
-        "runtime_latency": lat.assign(**meta),
-        "runtime_choice": choice.assign(**meta),
-        "runtime_runs": pd.concat(all_runs, ignore_index=True).assign(**meta),
-    }
-
-
 rt = study.step(
     "runtimes",
-    runtime_runs,
+    partial(
+        psb.runtime_runs,
+        setup,
+        TARGET,
+        reported_qs,
+        RUNTIMES,
+        RUNTIME_KS,
+        RUNTIME_PER_TASK,
+        int(costs.prefix_len.iloc[0]),
+        LATENCY_REPEATS,
+        best_lookup[0],
+        gguf,
+        threads,
+    ),
     uses=QUESTION_SET
     + ["LOOKUP_GRID", "SUFFIX_GRID", "RUNTIMES", "RUNTIME_KS", "RUNTIME_PER_TASK", "LATENCY_REPEATS", "THREADS"],
 )
 rlat, rruns = rt["runtime_latency"], rt["runtime_runs"]
-rows = []
-for b in RUNTIMES:
-    lb, rb = rlat[rlat.backend == b].set_index("n").seconds, rruns[rruns.backend == b]
-    sp_b = bench.speedup(rb, "prompt lookup")
-    pld, ar = rb[rb.method == "prompt lookup"], rb[rb.method == "AR"]
-    rows.append(
-        dict(
-            runtime=b,
-            T1_ms=lb[1] * 1e3,
-            v2=lb[2] / lb[1],
-            v5=lb[5] / lb[1] if 5 in lb.index else np.nan,
-            k=int(rb.k.iloc[0]),
-            tokens_per_step=float(pld.tokens_per_call.mean()),
-            predicted=float((ar.new_tokens.sum() * lb[1]) / pld.predicted_verify_s.sum()),
-            measured=sp_b["speedup"],
-            lo=sp_b["lo"],
-            hi=sp_b["hi"],
-            ar_tokens_per_s=float(ar.tokens_per_s.median()),
-            lookup_tokens_per_s=float(pld.tokens_per_s.median()),
-            identical=int(pld.same_as_reference.sum()),
-            turns=len(pld),
-        )
-    )
-rtable = pd.DataFrame(rows)
-rtable["lookup_over_torch_ar"] = rtable.lookup_tokens_per_s / rtable.set_index("runtime").ar_tokens_per_s.get(
-    "torch", np.nan
-)
+rtable = psb.runtime_table(rlat, rruns, RUNTIMES)
 results.save(rtable.assign(**meta), f"{NB}/runtime_table")
 display(rtable.round(3))
-
-fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 3.6))
-for b in RUNTIMES:
-    lb = rlat[rlat.backend == b].set_index("n").seconds
-    a1.plot(lb.index, lb / lb[1], "o-", ms=3, label=b)
-a1.axhline(1, color="grey", lw=0.8, ls=":")
-a1.set(xlabel="tokens in one pass (n)", ylabel="v(n) = T(n) / T(1)", title="cost of a verify pass, per runtime")
-a1.legend(fontsize=7)
-for _, r in rtable.iterrows():
-    a2.errorbar(r.predicted, r.measured, yerr=[[r.measured - r.lo], [r.hi - r.measured]], fmt="o", capsize=2)
-    a2.annotate(r.runtime, (r.predicted, r.measured), fontsize=7, xytext=(4, 2), textcoords="offset points")
-lim = [min(rtable.lo.min(), rtable.predicted.min()) * 0.95, max(rtable.hi.max(), rtable.predicted.max()) * 1.05]
-a2.plot(lim, lim, color="grey", lw=0.8, ls=":")
-a2.axhline(1, color="grey", lw=0.5)
-a2.set(
-    xlabel="predicted from T(n) and the run's drafts",
-    ylabel="measured (95% CI)",
-    title=f"prompt lookup over its own AR ({int(rtable.turns.iloc[0])} turns)",
-)
-savefig(fig, f"{NB}_runtimes")
+savefig(psb.runtimes_figure(rlat, rtable, RUNTIMES), f"{NB}_runtimes")
 plt.show()
-
-rt_t = rtable.set_index("runtime")
-wins = rt_t[rt_t.lo > 1].index.tolist()
-loses = rt_t[rt_t.hi < 1].index.tolist()
-fastest_rt = rt_t.lookup_tokens_per_s.idxmax()
-fastest_ar = rt_t.ar_tokens_per_s.idxmax()
-err = (rt_t.measured / rt_t.predicted - 1).abs()
-rho_v = spearmanr(rt_t.v2, rt_t.measured).statistic if len(rt_t) > 2 else float("nan")
-display(
-    Markdown(
-        f"Prompt lookup pays (whole interval above 1) on: {', '.join(f'{b} {rt_t.measured[b]:.2f}x' for b in wins) or 'none'}; "
-        f"it loses (whole interval below 1) on: {', '.join(f'{b} {rt_t.measured[b]:.2f}x' for b in loses) or 'none'}. "
-        f"Spearman rank correlation of v(2) with the measured speedup: {rho_v:.2f} over {len(rt_t)} runtimes"
-        + (
-            " (the cheaper a two-token pass, the more speculation gains). "
-            if rho_v <= -0.5
-            else " (no clear ordering by v(2)). "
-        )
-        + f"The prediction from T(n) alone is within "
-        f"{err.median():.0%} of the measurement at the median (worst: {err.idxmax()}, {err.max():.0%}), the rest being prefill "
-        f"and the loop's own work, which the prediction leaves out. Fastest AR: **{fastest_ar}** at "
-        f"{rt_t.ar_tokens_per_s[fastest_ar]:.1f} tokens/s; fastest with prompt lookup: **{fastest_rt}** at "
-        f"{rt_t.lookup_tokens_per_s[fastest_rt]:.1f} tokens/s, {rt_t.lookup_over_torch_ar[fastest_rt]:.2f}x torch float32 AR "
-        f"(medians of tokens per second, not paired). "
-        + (
-            f"The fastest way to run this model here is therefore {fastest_ar}'s plain AR: speculation does not pay on "
-            f"the runtime that is fastest without it. "
-            if rt_t.ar_tokens_per_s[fastest_ar] > rt_t.lookup_tokens_per_s[fastest_rt]
-            else f"The fastest way to run this model here is {fastest_rt} with prompt lookup. "
-        )
-        + "Greedy prompt lookup equals its own runtime's AR on "
-        + ", ".join(f"{b} {rt_t.identical[b]}/{rt_t.turns[b]}" for b in rt_t.index)
-        + " turns."
-        + (
-            ""
-            if (rt_t.identical == rt_t.turns).all()
-            else " Where it does not, the runtime's rounding depends on the width of the pass (dynamic int8 takes one activation "
-            "scale over all the rows of a pass, llama.cpp quantizes activations in blocks, bf16 keeps 8 bits of mantissa "
-            "and a wider pass takes another kernel): a verify pass and a one-token AR pass can then break a near-tie "
-            "differently, and from there the texts part. That is the runtime's arithmetic, not the acceptance rule "
-            "(notebook 05, section 5), and the float32 rows must stay identical; on those runtimes the speedup compares "
-            "two different texts of the same prompt."
-        )
-    )
-)
+display(Markdown(verdicts.runtimes_text(rtable)))
 
 # %% [markdown]
 # **Two loops over llama.cpp's arithmetic.** Section 5 set speclib's float32 prompt lookup beside
@@ -1543,39 +784,11 @@ display(
 # runtime), same turns, paired per turn in one run.
 
 # %%
-cpp_loops = pd.DataFrame()
-if "llama.cpp prompt lookup" in set(rruns.method):
-    lr = rruns[rruns.backend == "llamacpp-gguf"]
-    rows = []
-    for m in ("prompt lookup", "llama.cpp prompt lookup"):
-        own, g = bench.speedup(lr, m), lr[lr.method == m]
-        rows.append(
-            dict(
-                loop="speclib" if m == "prompt lookup" else "llama.cpp",
-                tokens_per_s=float(g.tokens_per_s.median()),
-                over_ar=own["speedup"],
-                lo=own["lo"],
-                hi=own["hi"],
-                identical_to_ar=int(g.same_as_reference.sum()),
-                turns=len(g),
-            )
-        )
-    cpp_loops = pd.DataFrame(rows)
+cpp_loops = psb.llamacpp_loops(rruns)  # empty where section 8 ran no llama.cpp loop
+if len(cpp_loops):
     results.save(cpp_loops.assign(**meta), f"{NB}/llamacpp_loops")
     display(cpp_loops.round(3))
-    cpp_over = bench.speedup(lr, "prompt lookup", "llama.cpp prompt lookup")
-    cl = cpp_loops.set_index("loop")
-    display(
-        Markdown(
-            f"On llama.cpp's forward, speclib's prompt lookup runs at **{cpp_over['speedup']:.2f}x** llama.cpp's own "
-            f"(paired per turn, 95% CI {cpp_over['lo']:.2f}–{cpp_over['hi']:.2f}, {cpp_over['prompts']} turns; "
-            f"goal 1.0x: {verdicts.goal(cpp_over, 1.0)}). "
-            f"Over this runtime's AR: speclib's loop {cl.over_ar['speclib']:.2f}x, llama.cpp's {cl.over_ar['llama.cpp']:.2f}x. "
-            f"Each equals the runtime's AR text on {cl.identical_to_ar['speclib']} and "
-            f"{cl.identical_to_ar['llama.cpp']} of {cl.turns['speclib']} turns (llama.cpp rounds a wide pass "
-            "differently from a narrow one, above)."
-        )
-    )
+    display(Markdown(verdicts.llamacpp_loops_text(cpp_loops, rruns)))
 
 # %% [markdown]
 # ## 9 · What carries over from the trained models, and what does not
@@ -1602,40 +815,12 @@ if DRAFT_MODEL:
     ceiling_sources.append((druns, None))
 if SELF_DRAFTS:
     ceiling_sources.append((fruns, None))
-
-
-ceiling = pd.concat([ceiling_table(f, tasks, m) for f, m in ceiling_sources], ignore_index=True).merge(
+ceiling = pd.concat([psb.ceiling_table(f, tasks, m) for f, m in ceiling_sources], ignore_index=True).merge(
     table[["task", "method", "speedup", "lo", "hi", "tokens_per_step"]], on=["task", "method"]
 )
 results.save(ceiling.assign(**meta), f"{NB}/ceiling")
-# The share of AR's time outside its verify passes (prefill, bookkeeping), pooled per task: with it,
-# the tokens per target pass a goal G needs at best, from G = 1 / (s + (1 - s) / tokens).
-outside_share = outside_shares(runs, tasks)
-
-
-def tokens_needed(goal, task):
-    s = outside_share[task]
-    return (1 - s) / (1 / goal - s) if 1 / goal > s else np.inf
-
-
 ceil_o = ceiling[ceiling.task == "overall"].set_index("method").sort_values("ceiling")
-fig, ax = plt.subplots(figsize=(6.5, 0.32 * len(ceil_o) + 1.2))
-y = np.arange(len(ceil_o))
-ax.barh(y + 0.2, ceil_o.ceiling, 0.4, color="#bbbbbb", label="ceiling: acceptance alone")
-ax.barh(y - 0.2, ceil_o.speedup, 0.4, color="C0", label="measured")
-ax.errorbar(
-    ceil_o.ceiling,
-    y + 0.2,
-    xerr=[ceil_o.ceiling - ceil_o.ceiling_lo, ceil_o.ceiling_hi - ceil_o.ceiling],
-    fmt="none",
-    color="k",
-    lw=0.8,
-)
-ax.axvline(1, color="grey", lw=0.8, ls=":")
-ax.axvline(2, color="C3", lw=0.8, ls="--", label="goal 2.0x")
-ax.set(yticks=y, yticklabels=ceil_o.index, xlabel="speedup over AR (all reported turns)")
-ax.legend(loc="lower right", fontsize=8)
-savefig(fig, f"{NB}_ceiling")
+savefig(psb.ceiling_figure(ceil_o), f"{NB}_ceiling")
 plt.show()
 display(
     ceiling[ceiling.task.isin(["overall", "summarization", "rag"])]
@@ -1643,220 +828,37 @@ display(
     .round(2)
 )
 
+# %% [markdown]
+# **What carries over.** Each line below is worded from the tables above (`verdicts.spec_bench_text`): the
+# best method against the workbook's 2.0x goal and what bounds it, where copying pays, the long answers, the
+# price of a wide pass, the trained drafts, the other implementations and the runtimes.
+
 # %%
-spec_methods = [
-    m
-    for m in (
-        "prompt lookup",
-        "suffix",
-        "feature head",
-        "feature head + FR-Spec",
-        "draft model",
-        "draft model + FR-Spec",
-        "token recycling",
-        "REST",
-        "lookahead",
-        "HVD (every source)",
-    )
-    if m in overall.index
-]
-best_method = overall.loc[spec_methods].speedup.idxmax()
-cache_methods = ["prompt lookup", "suffix", "HVD (every source)"]
-per_task = table[table.method.isin(cache_methods)].pivot(index="task", columns="method", values="speedup")
-copy_tasks = [t for t in ("summarization", "rag") if t in per_task.index]
-other_tasks = [t for t in per_task.index if t not in copy_tasks and t != "overall"]
+tables = dict(task_table=table, ceiling=ceiling, identity=identity, implementations=impl, runtime_table=rtable)
+tables |= dict(runs=runs, pass_costs=costs, runtime_runs=rruns, llamacpp_loops=cpp_loops)
+if HEAD:
+    tables["head_cost"] = head_cost
+if DRAFT_MODEL:
+    tables |= dict(draft_cost=draft_cost, draft_runs=druns)
+if SELF_DRAFTS:
+    tables["self_cost"] = self_cost
+if LONG_MAX_NEW_TOKENS:
+    tables |= dict(long_table=long_table, long_turns=lturns)
 try:  # notebook 05's code model at one thread, same CPU, same bare-pass timing
     lat05 = results.load("05_backend_latency/latency")
-    lat05 = lat05[(lat05.backend == "torch") & (lat05.role == "target") & (lat05.threads == 1)]
-    v8_code = f"{lat05[lat05.n == 8].ratio.median():.2f} for notebook 05's 27.8M code model at one thread, as its saved run measured it"
 except results.MissingResult:
-    v8_code = "notebook 05 not run here"
-lines = [
-    f"* Best speculative method overall: **{best_method}**, {overall.speedup[best_method]:.2f}x over AR "
-    f"(95% CI {overall.lo[best_method]:.2f}–{overall.hi[best_method]:.2f}); the workbook's goal of 2.0x is "
-    + (
-        "met."
-        if overall.lo[best_method] >= 2.0
-        else f"{'not ' if overall.speedup[best_method] < 2.0 else ''}met by the point estimate"
-        + (
-            f" (it would take {2.0 / overall.speedup[best_method]:.2f}x more)"
-            if overall.speedup[best_method] < 2.0
-            else ", not by the whole interval"
-        )
-        + "."
-    ),
-    f"* What bounds it: with drafting free and every verify pass as cheap as AR's step, {best_method}'s "
-    f"acceptance ({overall.tokens_per_step[best_method]:.2f} tokens per target pass) allows "
-    f"{ceil_o.ceiling[best_method]:.2f}x (95% CI {ceil_o.ceiling_lo[best_method]:.2f}–"
-    f"{ceil_o.ceiling_hi[best_method]:.2f}); drafting and the wider pass cost the rest. AR spends "
-    f"{outside_share['overall']:.0%} of its time outside its verify passes (mostly prefill), so 2.0x asks for about "
-    f"{tokens_needed(2.0, 'overall'):.2f} tokens per pass even at no cost. The highest ceiling of any method "
-    f"here is {ceil_o.ceiling.idxmax()}'s {ceil_o.ceiling.max():.2f}x: "
-    + (
-        "the goal lies above every method's whole interval, so no cost saving reaches it; only drafts the target "
-        "accepts more often can."
-        if ceil_o.ceiling_hi.max() < 2.0
-        else "the goal lies above that estimate, inside its interval: even free drafting and a free wide pass would "
-        "most likely miss it, and drafts the target accepts more often are what would reach it."
-        if ceil_o.ceiling.max() < 2.0
-        else "acceptance allows the goal; the costs of drafting and of the wider pass are what miss it."
-        if overall.speedup[best_method] < 2.0
-        else "acceptance allows it and it is reached."
-    ),
-    "* Cache drafts pay where the answer copies its prompt or itself: "
-    + ", ".join(f"{t} {per_task.loc[t].max():.2f}x" for t in copy_tasks)
-    + f" (best of {', '.join(m for m in cache_methods if m in per_task.columns)}), against {', '.join(f'{t} {per_task.loc[t].max():.2f}x' for t in other_tasks)} elsewhere"
-    + (
-        f"; the 2.5x goal on summarization and RAG is {'met' if all(per_task.loc[t].max() >= 2.5 for t in copy_tasks) else 'not met'}"
-        + " (acceptance alone allows "
-        + ", ".join(
-            f"{t} {cm.ceiling.max():.2f}x by {cm.ceiling.idxmax()}, where 2.5x needs about "
-            f"{tokens_needed(2.5, t):.2f} tokens per pass against its {cm.tokens_per_step[cm.ceiling.idxmax()]:.2f}"
-            for t in copy_tasks
-            for cm in [ceiling[(ceiling.task == t) & ceiling.method.isin(cache_methods)].set_index("method")]
-        )
-        + ")"
-        if copy_tasks
-        else ""
-    )
-    + f". Mean tokens per target step: {overall.tokens_per_step['prompt lookup']:.2f} for prompt lookup here, "
-    f"{board.loc['PLD', 'tokens_per_step']:.2f} for PLD on the leaderboard"
-    + (
-        " — about the same: what the drafter gets accepted carries over from a 7B model on a GPU"
-        if abs(overall.tokens_per_step["prompt lookup"] - board.loc["PLD", "tokens_per_step"]) < 0.15
-        else ""
-    )
-    + f"; its speedup is {overall.speedup['prompt lookup']:.2f}x here, {board.loc['PLD', 'overall']:.2f}x there"
-    + {
-        (True, True): ", close: a wide verify pass costs little more than a narrow one here too (next line).",
-        (True, False): ", close, though a verify pass over several tokens costs much more than one here (next line).",
-        (False, True): ", lower, though a wide verify pass costs little more than a narrow one here (next line): "
-        "the difference lies outside the verify pass.",
-        (False, False): ", lower: here a verify pass over several tokens costs much more than one (next line).",
-    }[(bool(overall.speedup["prompt lookup"] >= 0.85 * board.loc["PLD", "overall"]), bool(passes[8] / t1 < 1.3))],
-    *(
-        [
-            f"* At Spec-Bench's own cap of {LONG_MAX_NEW_TOKENS} tokens (section 6) prompt lookup reaches "
-            + ", ".join(
-                f"{t} {lo_.speedup[t]:.2f}x"
-                + (f" (95% CI {lo_.lo[t]:.2f}–{lo_.hi[t]:.2f})" if lo_.lo[t] == lo_.lo[t] else "")
-                for t in LONG_TASKS
-                if t in lo_.index
-            )
-            + (
-                f", below 2.5x on {' and '.join(t for t in LONG_TASKS if lo_.speedup.get(t, 2.5) < 2.5)}, "
-                if (lo_.speedup.reindex(LONG_TASKS) < 2.5).any()
-                else ", 2.5x or more on each, "
-            )
-            + f"with {len(loops)} of {len(per_turn)} AR answers repeating more than half of their 4-grams: "
-            + (
-                "the longer cap gives the copy more to copy, part of it the model's own loops."
-                if len(loops)
-                else "the longer cap gives the copy more to copy, and none of it is a loop."
-            )
-        ]
-        if LONG_MAX_NEW_TOKENS
-        else []
-    ),
-    f"* One verify pass over 8 tokens costs v(8) = {passes[8] / t1:.2f} passes over one here ({v8_code}): "
-    + (
-        "the extra rows of a verify pass are nearly free at this size, so a rejected copy costs little"
-        if passes[8] / t1 < 1.3
-        else "the extra rows of a verify pass are far from free, so a rejected long copy costs nearly what it would "
-        "have gained"
-    )
-    + f"; k was chosen on the pilot questions ({best_lookup[1]}). The same forward through plain `F.linear` "
-    "(backend torch-mkl, section 8) prices the same rows differently: which matrix-multiply library runs the "
-    "projections is part of the backend.",
-    f"* Greedy output of every speclib method equals AR's on all {len(tok)} turns.",
-]
-if HEAD:
-    hc = head_cost.set_index("method")
-    lines.append(
-        f"* The trained feature head: {overall.speedup['feature head']:.2f}x over AR with "
-        f"{overall.tokens_per_step['feature head']:.2f} tokens per target step (k = {hc.chosen_k['feature head']}), "
-        f"its draft step costing c = {hc.c['feature head']:.2f} target passes"
-        + (
-            f"; drafting from the {FR_VOCAB} most frequent tokens (FR-Spec) brings c to "
-            f"{hc.c['feature head + FR-Spec']:.2f} and the speedup to {overall.speedup['feature head + FR-Spec']:.2f}x "
-            f"({overall.tokens_per_step['feature head + FR-Spec']:.2f} tokens per step)."
-            if FR_VOCAB
-            else "."
-        )
-    )
-if DRAFT_MODEL:
-    dc = draft_cost.set_index("method")
-    lines.append(
-        "* The separate draft model (SmolLM2 cut to 4 layers, distilled): "
-        + "; ".join(
-            f"{m} {overall.speedup[m]:.2f}x over AR ({overall.tokens_per_step[m]:.2f} tokens per step at "
-            f"k = {dc.chosen_k[m]}, per-token acceptance {dc.token_acceptance[m]:.2f}, c = {dc.c[m]:.2f})"
-            for m in dc.index
-        )
-        + "."
-    )
-    if "transformers assisted" in overall.index:
-        lines.append(
-            f"* Against transformers' assisted generation with the same draft: speclib's {best_draft} at "
-            f"{over_hf['speedup']:.2f}x its speed, paired per turn (95% CI {over_hf['lo']:.2f}-{over_hf['hi']:.2f}; "
-            f"goal 1.2x: {verdicts.goal(over_hf, 1.2)}); assisted generation itself at "
-            f"{overall.speedup['transformers assisted']:.2f}x speclib's AR."
-        )
-if SELF_DRAFTS:
-    lines.append(
-        f"* Self-speculation with SmolLM2's own layers ({self_cost['subset']} with a trained exit, k = "
-        f"{self_cost['chosen_k']}): {overall.speedup['self-draft']:.2f}x over AR, "
-        f"{overall.tokens_per_step['self-draft']:.2f} tokens per step at a per-token acceptance of "
-        f"{self_cost['token_acceptance']:.2f} and c = {self_cost['c']:.2f}"
-        + (
-            "; it pays, as it did not on notebook 06's hybrid model at long contexts."
-            if overall.lo["self-draft"] > 1
-            else "; like notebook 06's self-drafts it does not pay: a subset cheap enough to draft with agrees too "
-            "rarely with the whole model."
-            if overall.hi["self-draft"] < 1
-            else "; it neither clearly wins nor clearly loses."
-        )
-    )
-over_tf = bench.speedup(runs, "prompt lookup", "transformers prompt lookup")
-lines.append(
-    f"* Against transformers on the same float32 weights: speclib's prompt lookup at {over_tf['speedup']:.2f}x its "
-    f"prompt lookup's speed, paired per turn (95% CI {over_tf['lo']:.2f}–{over_tf['hi']:.2f}; goal 1.2x: "
-    f"{verdicts.goal(over_tf, 1.2)}; ratio of median tokens per second "
-    f"{sp.lookup_tokens_per_s['speclib'] / sp.lookup_tokens_per_s['transformers']:.2f}x); transformers' AR at "
-    f"{overall.speedup['transformers AR']:.2f}x speclib's, its prompt lookup at "
-    f"{sp.lookup_over_own_ar['transformers']:.2f}x its own AR."
+    lat05 = None
+conclusions = verdicts.spec_bench_text(
+    tables,
+    tasks,
+    board,
+    lat05,
+    lookup_k=best_lookup[1],
+    fr_vocab=FR_VOCAB,
+    long_tasks=LONG_TASKS,
+    long_cap=LONG_MAX_NEW_TOKENS,
 )
-if "llama.cpp" in sp.index:
-    lines.append(
-        f"* llama.cpp is another runtime on other numbers: the 4-bit file's weights with activations rounded to "
-        f"8 bits. Its plain AR already runs at {overall.speedup['llama.cpp AR']:.2f}x speclib's float32 AR "
-        f"(a backend effect, notebook 05's subject, not speculation), and its prompt lookup at "
-        f"{sp.lookup_over_own_ar['llama.cpp']:.2f}x its own AR; speclib's prompt lookup reaches "
-        f"{sp.lookup_tokens_per_s['speclib'] / sp.lookup_tokens_per_s['llama.cpp']:.2f}x llama.cpp's tokens per "
-        "second in float32"
-        + (
-            f"; run on llama.cpp's own forward (section 8), speclib's prompt lookup is {cpp_over['speedup']:.2f}x "
-            f"llama.cpp's at the same n-gram and k (paired, 95% CI {cpp_over['lo']:.2f}–{cpp_over['hi']:.2f}; goal 1.0x: "
-            f"{verdicts.goal(cpp_over, 1.0)})."
-            if len(cpp_loops)
-            else " (goal 1.0x, which asks for the same quantized numbers: section 8 did not run llama.cpp here)."
-        )
-    )
-lines.append(
-    "* The runtime decides whether speculation pays (section 8): prompt lookup over its own AR "
-    + ", ".join(f"{b} {rt_t.measured[b]:.2f}x (v(2) = {rt_t.v2[b]:.2f})" for b in rt_t.index)
-    + (". It pays most where a wide pass is cheapest" if rho_v <= -0.5 else ". Its gain does not follow v(2) here")
-    + f"; the fastest runtime ({fastest_ar}, "
-    f"{rt_t.ar_tokens_per_s[fastest_ar] / rt_t.ar_tokens_per_s.get('torch', np.nan):.2f}x torch float32 AR's tokens per second) "
-    + (
-        "is one where it loses."
-        if rt_t.hi[fastest_ar] < 1
-        else "is one where it pays."
-        if rt_t.lo[fastest_ar] > 1
-        else "is one where it neither clearly pays nor loses."
-    )
-)
-display(Markdown("\n".join(lines)))
+display(Markdown(conclusions))
 
 # %% [markdown]
 # ## 10 · How much data a learned draft needs
@@ -1873,21 +875,11 @@ display(Markdown("\n".join(lines)))
 
 
 # %%
-def curve_runs():
-    prompts = learning_curve.heldout_chat(target, CURVE_PER_TASK, SEED)
-    kinds = {"head": CURVE_HEADS, "draft": CURVE_DRAFTS}
-    return {
-        f"{kind}_curve": learning_curve.snapshot_runs(
-            target, kind, [REPO / f for f in folders], prompts, CURVE_K, FR_VOCAB, CURVE_MAX_NEW_TOKENS
-        )
-        for kind, folders in kinds.items()
-        if folders
-    }
-
-
 curve_saved = study.step(
     "learning_curve",
-    curve_runs,
+    partial(
+        psb.curve_runs, target, CURVE_HEADS, CURVE_DRAFTS, CURVE_PER_TASK, SEED, CURVE_K, FR_VOCAB, CURVE_MAX_NEW_TOKENS
+    ),
     uses=["TARGET", "SEED", "FR_VOCAB", "THREADS"]
     + [f"CURVE_{p}" for p in ("HEADS", "DRAFTS", "PER_TASK", "MAX_NEW_TOKENS", "K")],
 )
@@ -1901,24 +893,7 @@ fits = {  # a line needs two snapshots at least
 display(pd.concat(curves, names=["kind"]).drop(columns=["tokens_per_pass_per_prompt", "speedup_per_prompt"]).round(3))
 
 # %%
-fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
-for ax, column, goals in zip(axes, ("tokens_per_pass", "speedup"), ({"head": 3.0}, {"head": 1.8, "draft": 1.3})):
-    for kind, t in curves.items():
-        t = t[t.tokens_seen > 0].sort_values("tokens_seen")
-        lo, hi = ("lo", "hi") if column == "tokens_per_pass" else ("speedup_lo", "speedup_hi")
-        err = [t[column] - t[lo], t[hi] - t[column]]
-        line = ax.errorbar(t.tokens_seen, t[column], yerr=err, fmt="o", capsize=3, label=kind)
-        if (kind, column) in fits:
-            f, xs = fits[(kind, column)], np.geomspace(t.tokens_seen.min(), t.tokens_seen.max() * 30, 50)
-            ax.plot(xs, f["a"] + f["b"] * np.log10(xs), "--", color=line[0].get_color(), lw=1)
-        if kind in goals:
-            ax.axhline(goals[kind], color=line[0].get_color(), lw=0.8, ls=":")
-    ax.set_xscale("log")
-    ax.set(xlabel="training tokens seen", ylabel=column.replace("_", " "))
-axes[1].axhline(1, color="k", lw=0.8)
-axes[0].legend()
-fig.suptitle("Snapshots on held-out corpus prompts (dashed: the log-linear fit; dotted: the goals)")
-savefig(fig, f"{NB}_learning_curve")
+savefig(psb.learning_curve_figure(curves, fits), f"{NB}_learning_curve")
 plt.show()
 
 # %%
