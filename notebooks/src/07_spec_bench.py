@@ -144,20 +144,15 @@ PUBLISH = False  # True: a run with non-default parameters also replaces data/re
 from functools import partial
 
 import matplotlib.pyplot as plt
-import numpy as np
 import pandas as pd
 import torch
 from IPython.display import Markdown, display
 
 import speclib
-from speclib import HybridDrafter, Lookahead, PromptLookupDrafter, SuffixDrafter
 from speclib.core.device import REPO
-from speclib.drafters import rest
-from speclib.drafters.hybrid import Costs
 from speclib.lms import pretrained
 from speclib.lms.loading import describe
 from speclib.research import bench, learning_curve, spec_bench
-from speclib.research import hvd as hvd_plumbing
 from speclib.research.studies import pretrained_spec_bench as psb
 from speclib.workbook import results, verdicts
 from speclib.workbook.plotting import savefig, style
@@ -430,7 +425,6 @@ display(Markdown(verdicts.recycling_text(rsaved, tasks, RECYCLING_TOP_K)))
 
 # %%
 rest_store = partial(psb.rest_store, TARGET, REST_SOURCE, REST_ANSWERS)  # built once per run: two steps use it
-recorded = psb.Recorded  # a method that keeps its outputs (the next step records with it)
 ssaved = study.step(
     "rest",
     partial(psb.rest_runs, setup, rest_store, REST_SOURCE, REST_ANSWERS, REST_NODES),
@@ -460,83 +454,30 @@ display(Markdown(verdicts.rest_text(ssaved, tasks)))
 
 
 # %%
-def every_source_runs():
-    store, _ = rest_store()
-    n_look, k_look = best_lookup
-    rest_nodes = int(ssaved["rest_store"].nodes.iloc[0])
-    tr_nodes = int(rchoice[rchoice.chosen].nodes.iloc[0])
-    pilot = [ids for ids, *_ in pilot_turns]
-
-    def t_of(n):  # the pass cost T(n), interpolated between the widths measured
-        return float(np.interp(n, passes.index, passes))
-
-    la = hvd_plumbing.choose_lookahead(target, pilot, LOOKAHEAD_GRID, t_of, MAX_NEW_TOKENS)
-    warm = hvd_plumbing.warm_recycling(target, pilot, MAX_NEW_TOKENS, RECYCLING_TOP_K, max(RECYCLING_NODES))
-
-    def every_cache(first="prompt lookup"):
-        made = {
-            "prompt lookup": PromptLookupDrafter(n_look, k_look),
-            "suffix": SuffixDrafter(max_spec=best_suffix),
-            "token recycling": warm.with_template(tr_nodes),
-            "REST": rest.RestDrafter(store, nodes=rest_nodes),
-        }
-        return hvd_plumbing.in_front(made, first)
-
-    hvd_costs = Costs({n: t_of(n) for n in range(1, int(passes.index.max()) + 1)}, model_token_s=0.0)
-    sources = ["prompt lookup", "suffix", "token recycling", "REST"]
-    logs = hvd_plumbing.every_source_logs(target, every_cache, None, pilot, MAX_NEW_TOKENS, sources)
-    predictor = hvd_plumbing.fit_payoff(logs, seed=SEED)
-    hvd = HybridDrafter(every_cache(), None, "hvd", predictor, hvd_costs)
-    chosen = []
-    methods = {
-        "AR": bench.Method(target, MAX_NEW_TOKENS),
-        "prompt lookup": bench.Method(target, MAX_NEW_TOKENS, partial(PromptLookupDrafter, n_look, k_look)),
-        "suffix": bench.Method(target, MAX_NEW_TOKENS, partial(SuffixDrafter, max_spec=best_suffix)),
-        "lookahead": bench.Method(target, MAX_NEW_TOKENS, Lookahead(*hvd_plumbing.chosen_lookahead(la))),
-        "HVD (every source)": hvd_plumbing.RecordSteps(
-            bench.Method(target, MAX_NEW_TOKENS, hvd), hvd, predictor, chosen, "plain step"
-        ),
-    }
-    for run in methods.values():  # warm-up on a pilot turn
-        run(pilot_turns[0][0], -1)
-    chosen.clear()
-    outputs_ = {}
-    runs_ = bench.paired_runs(
-        [t[0] for t in reported_turns], {m: recorded(m, f, outputs_) for m, f in methods.items()}, warmup=False
-    )
-    toks = pd.DataFrame([dict(prompt=i, method=m, tokens=list(map(int, t))) for (i, m), t in outputs_.items()])
-    return {
-        "es_lookahead": la.assign(**meta),
-        "es_logs": logs.assign(**meta),
-        "es_runs": runs_.assign(**meta),
-        "es_outputs": toks.assign(**meta),
-        "es_choice": pd.DataFrame(chosen).assign(**meta),
-    }
-
-
+every_source = partial(
+    psb.every_source_step, setup, passes, rest_store, best_lookup, best_suffix,
+    int(ssaved["rest_store"].nodes.iloc[0]), int(rchoice[rchoice.chosen].nodes.iloc[0]),
+    RECYCLING_TOP_K, max(RECYCLING_NODES), LOOKAHEAD_GRID, SEED,
+)  # fmt: skip
 esaved = study.step(
     "every_source",
-    every_source_runs,
-    uses=QUESTION_SET
-    + [
-        "LOOKUP_GRID",
-        "SUFFIX_GRID",
-        "RECYCLING_NODES",
-        "RECYCLING_TOP_K",
-        "REST_SOURCE",
-        "REST_ANSWERS",
-        "REST_NODES",
-        "LOOKAHEAD_GRID",
-        "LATENCY_REPEATS",
-        "THREADS",
-    ],
-)
+    every_source,
+    uses=QUESTION_SET + "LOOKUP_GRID SUFFIX_GRID RECYCLING_NODES RECYCLING_TOP_K REST_SOURCE REST_ANSWERS".split()
+    + ["REST_NODES", "LOOKAHEAD_GRID", "LATENCY_REPEATS", "THREADS"],
+)  # fmt: skip
 es_runs, es_choice, es_la = esaved["es_runs"], esaved["es_choice"], esaved["es_lookahead"]
 new_rows = spec_bench.task_table(es_runs, tasks)
 table = pd.concat([table, new_rows[new_rows.method.isin(["lookahead", "HVD (every source)"])]], ignore_index=True)
 es_out = esaved["es_outputs"]
 outputs = pd.concat([outputs, es_out[es_out.method.isin(["lookahead", "HVD (every source)"])]], ignore_index=True)
 display(es_la.drop(columns=list(meta)).round(3))
+
+# %% [markdown]
+# **HVD against the sources it chooses among.** The table gives every method of this step against AR;
+# below it, HVD is paired per turn with each single source measured in the same run, and the text says
+# which source HVD verified how often and how far its predicted payoffs were from what was accepted.
+
+# %%
 es_speed = bench.speedup_table(es_runs, seed=SEED).set_index("method")
 best_single = es_speed.loc[["prompt lookup", "suffix", "lookahead"]].speedup.idxmax()
 es_over = pd.DataFrame(
@@ -547,40 +488,14 @@ es_over = pd.DataFrame(
 ).set_index("reference")
 results.save(es_over.reset_index().assign(**meta), f"{NB}/every_source_over")
 display(es_speed[["speedup", "lo", "hi", "total_ratio", "tokens_per_call", "identical", "runs"]].round(3))
-share = es_choice.groupby("source").size() / len(es_choice)
-cal = es_choice.dropna(subset=["predicted"]).groupby("source")[["predicted", "accepted"]].mean()
-overpromise = cal.predicted - cal.accepted  # tokens per verified step the predictor over-promised
-la_best, h = es_la[es_la.chosen].iloc[0], es_over.loc[best_single]
-never = [s for s in ["prompt_lookup", "suffix", "recycling", "rest"] if s not in share.index]
-display(
-    Markdown(
-        f"Lookahead, chosen on the pilot turns: W = {int(la_best.window)}, N = {int(la_best.ngram)}, G = {int(la_best.guesses)} "
-        f"({la_best.mean_nodes:.1f} nodes, {la_best.tokens_per_call:.2f} tokens per call, predicted {la_best.predicted_speedup:.2f}x); "
-        f"on the reported turns {es_speed.speedup['lookahead']:.2f}x AR (CI {es_speed.lo['lookahead']:.2f}–{es_speed.hi['lookahead']:.2f}), "
-        f"{es_speed.tokens_per_call['lookahead']:.2f} tokens per call (the leaderboard: 1.64 tokens per step, 1.13x on Vicuna-7B). "
-        f"HVD over every source runs at {es_speed.speedup['HVD (every source)']:.2f}x AR "
-        f"(CI {es_speed.lo['HVD (every source)']:.2f}–{es_speed.hi['HVD (every source)']:.2f}); paired per turn it runs at "
-        f"**{h.speedup:.2f}x** the best single source of this step, {best_single} (CI {h.lo:.2f}–{h.hi:.2f}): "
-        + f"the 1.15x goal: {verdicts.goal(h, 1.15)}. "
-        + "It verified "
-        + ", ".join(f"{s} {v:.0%}" for s, v in share.sort_values(ascending=False).items())
-        + " of its steps"
-        + (f" and never picked {', '.join(never)}" if never else "")
-        + ". Predicted against accepted tokens when it verified "
-        "each source: "
-        + "; ".join(f"{s} {r.predicted:.2f} vs {r.accepted:.2f}" for s, r in cal.iterrows())
-        + "."
-        + (
-            f" The predictor was fitted on {len(esaved['es_logs']):,} logged candidates; it over-promised most on "
-            f"{overpromise.idxmax()} ({overpromise.max():+.2f} tokens per verified step, {share.get(overpromise.idxmax(), 0):.0%} of "
-            "the steps): those steps were chosen on payoffs they did not deliver, so at some of them a plain step or another "
-            "source would have been the better choice."
-            if len(overpromise)
-            else " It verified no cache candidate: every step was a plain one."
-        )
-    )
-)
+display(Markdown(verdicts.every_source_text(es_la, es_speed, es_over, es_choice, best_single, len(esaved["es_logs"]))))
 
+# %% [markdown]
+# ### Every method, per task
+# The speedup over speclib's AR of every method and peer so far, per Spec-Bench task and overall (the
+# median of per-turn paired ratios, with its 95% bootstrap interval as the error bar).
+
+# %%
 results.save(table.assign(**meta), f"{NB}/task_table")
 order = [*dict.fromkeys(tasks.values()), "overall"]
 show = table.pivot(index="method", columns="task", values="speedup")[order]
@@ -589,39 +504,7 @@ display(show.round(2))
 overall = table[table.task == "overall"].set_index("method")
 display(overall[["speedup", "lo", "hi", "spec_bench_ratio", "tokens_per_step", "identical", "runs"]].round(3))
 
-fig, ax = plt.subplots(figsize=(8, 3.6))
-mine = (
-    ["prompt lookup", "suffix", "transformers prompt lookup"]
-    + (["llama.cpp prompt lookup"] if gguf else [])
-    + [
-        m
-        for m in (
-            "feature head",
-            "feature head + FR-Spec",
-            "draft model",
-            "draft model + FR-Spec",
-            "transformers assisted",
-            "self-draft",
-            "token recycling",
-            "REST",
-            "lookahead",
-            "HVD (every source)",
-        )
-        if m in set(table.method)
-    ]
-)
-width = 0.8 / len(mine)
-for j, m in enumerate(mine):
-    sub = table[table.method == m].set_index("task").reindex(order)
-    x = np.arange(len(order)) + (j - (len(mine) - 1) / 2) * width
-    ax.bar(x, sub.speedup, width, label=m)
-    ax.errorbar(x, sub.speedup, yerr=[sub.speedup - sub.lo, sub.hi - sub.speedup], fmt="none", ecolor="k", lw=0.7)
-ax.axhline(1, color="grey", lw=0.8, ls=":")
-ax.set_xticks(range(len(order)), order, rotation=20)
-ax.set(
-    ylabel="speedup over speclib AR", title=f"{TARGET} on Spec-Bench ({len(reported_turns)} turns, greedy, 1 thread)"
-)
-ax.legend(fontsize=8, ncols=2)
+fig = psb.plot_tasks(table, order, gguf, f"{TARGET} on Spec-Bench ({len(reported_turns)} turns, greedy, 1 thread)")
 savefig(fig, f"{NB}_tasks")
 plt.show()
 

@@ -22,7 +22,9 @@ from speclib.core.generate import generate
 from speclib.core.sampling import Sampling
 from speclib.drafters import rest
 from speclib.drafters.cache import PromptLookupDrafter, SuffixDrafter
-from speclib.research import bench, learning_curve, peers, spec_bench
+from speclib.drafters.hybrid import Costs
+from speclib.drafters.lookahead import Lookahead
+from speclib.research import bench, hvd, learning_curve, peers, spec_bench
 
 GREEDY = Sampling(0.0)
 
@@ -963,4 +965,108 @@ def learning_curve_figure(curves: dict, fits: dict):
     axes[1].axhline(1, color="k", lw=0.8)
     axes[0].legend()
     fig.suptitle("Snapshots on held-out corpus prompts (dashed: the log-linear fit; dotted: the goals)")
+    return fig
+
+
+# ---- section 7: HVD over every source
+
+
+@dataclass
+class EverySourceCaches:
+    """The cache drafters HVD chooses among on the real model, fresh per call (`hvd.every_source_runs`'s `made`)."""
+
+    lookup: tuple[int, int]
+    suffix: int
+    store: object
+    rest_nodes: int
+    recycling_nodes: int
+
+    def __call__(self, group, pilot) -> dict:
+        return {
+            "prompt lookup": PromptLookupDrafter(*self.lookup),
+            "suffix": SuffixDrafter(max_spec=self.suffix),
+            "token recycling": pilot.recycling.with_template(self.recycling_nodes),
+            "REST": rest.RestDrafter(self.store, nodes=self.rest_nodes),
+        }
+
+
+@dataclass
+class SingleSources:
+    """The single sources HVD is compared with in the same run (`hvd.every_source_runs`'s `compared`)."""
+
+    lookup: tuple[int, int]
+    suffix: int
+
+    def __call__(self, group, pilot) -> dict:
+        return {
+            "prompt lookup": partial(PromptLookupDrafter, *self.lookup),
+            "suffix": partial(SuffixDrafter, max_spec=self.suffix),
+            "lookahead": Lookahead(*pilot.window),
+        }
+
+
+def every_source_step(
+    setup: Setup, passes: pd.Series, rest_store, lookup, suffix: int, rest_nodes: int, recycling_nodes: int,
+    recycling_top_k: int, recycling_warm_nodes: int, lookahead_grid, seed: int,
+) -> dict[str, pd.DataFrame]:  # fmt: skip
+    """HVD over prompt lookup, the suffix tree, Token Recycling and REST (a plain step otherwise) on the
+    reported turns, paired with AR, prompt lookup, the suffix tree and Lookahead; Lookahead's window and
+    Token Recycling's warm-up chosen on the pilot turns, the payoff predictor fitted there. `passes`: the
+    measured pass cost T(n) (seconds by width), interpolated between the widths measured; `rest_store()`:
+    REST's datastore and its build time."""
+    store, _ = rest_store()
+
+    def t_of(n):
+        return float(np.interp(n, passes.index, passes))
+
+    costs = Costs({n: t_of(n) for n in range(1, int(passes.index.max()) + 1)}, model_token_s=0.0)
+    outputs: dict = {}
+    es = hvd.every_source_runs(
+        setup.target, {"turns": (setup.pilot_ids(), setup.reported_ids())},
+        EverySourceCaches(lookup, suffix, store, rest_nodes, recycling_nodes), SingleSources(lookup, suffix),
+        ["prompt lookup", "suffix", "token recycling", "REST"], costs, t_of=t_of, lookahead_grid=lookahead_grid,
+        max_new_tokens=setup.max_new_tokens, recycling_nodes=recycling_warm_nodes, recycling_top_k=recycling_top_k,
+        alternative="plain step", seed=seed, group_column=None, warmup=True,
+        wrap=lambda name, run: Recorded(name, run, outputs),
+    )  # fmt: skip
+    toks = pd.DataFrame([dict(prompt=i, method=m, tokens=list(map(int, t))) for (i, m), t in outputs.items()])
+    tables = {"es_lookahead": es["lookahead"], "es_logs": es["logs"], "es_runs": es["runs"], "es_outputs": toks}
+    return {name: t.assign(**setup.meta) for name, t in (tables | {"es_choice": es["choice"]}).items()}
+
+
+def plot_tasks(table: pd.DataFrame, order: list[str], gguf, title: str):
+    """Speedup over AR per task (bars with their intervals), for every speclib method and peer in `table`."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 3.6))
+    mine = (
+        ["prompt lookup", "suffix", "transformers prompt lookup"]
+        + (["llama.cpp prompt lookup"] if gguf else [])
+        + [
+            m
+            for m in (
+                "feature head",
+                "feature head + FR-Spec",
+                "draft model",
+                "draft model + FR-Spec",
+                "transformers assisted",
+                "self-draft",
+                "token recycling",
+                "REST",
+                "lookahead",
+                "HVD (every source)",
+            )
+            if m in set(table.method)
+        ]
+    )
+    width = 0.8 / len(mine)
+    for j, m in enumerate(mine):
+        sub = table[table.method == m].set_index("task").reindex(order)
+        x = np.arange(len(order)) + (j - (len(mine) - 1) / 2) * width
+        ax.bar(x, sub.speedup, width, label=m)
+        ax.errorbar(x, sub.speedup, yerr=[sub.speedup - sub.lo, sub.hi - sub.speedup], fmt="none", ecolor="k", lw=0.7)
+    ax.axhline(1, color="grey", lw=0.8, ls=":")
+    ax.set_xticks(range(len(order)), order, rotation=20)
+    ax.set(ylabel="speedup over speclib AR", title=title)
+    ax.legend(fontsize=8, ncols=2)
     return fig
