@@ -67,6 +67,31 @@ def token_at(target, drafter, pos, n_runs, sampling, seed0=0, acceptor=None) -> 
     ]
 
 
+def token_zero_draft(vocab=64) -> HFLM:
+    """A draft whose q puts almost all its mass on token 0, whatever the context (a negative control's draft:
+    what a wrong rule keeps then shows in the token marginals even of a near-uniform tiny target)."""
+    lm = tiny_lm(16, 1, vocab=vocab, seed=1)
+    head = torch.nn.Linear(16, lm.vocab_size, bias=True)
+    with torch.no_grad():
+        head.weight.zero_()
+        head.bias.zero_()
+        head.bias[0] = 10.0
+    lm.model.lm_head = head
+    return lm
+
+
+class KeepFirstBranch:
+    """A wrong rule, the negative control of the chi-square tests: it keeps every draft token along the first
+    child of each node, whatever the target's probabilities, then samples the next token from the target."""
+
+    def __call__(self, tree, p, greedy, gen, logits=None):
+        path, node = [], 0
+        while tree.children[node]:
+            path.append(tree.children[node][0])
+            node = path[-1] + 1
+        return path, int(torch.multinomial(p[node], 1, generator=gen))
+
+
 def accepted(gen) -> int:
     """Draft tokens accepted over a generate() run (its per-step stats)."""
     return sum(s["accepted"] for s in gen.stats.steps)

@@ -7,7 +7,7 @@ from collections import Counter
 import numpy as np
 import pytest
 import torch
-from conftest import tiny_lm
+from conftest import KeepFirstBranch, tiny_lm
 
 from speclib import Sampling, generate
 from speclib.core.acceptance import Lossless, output_distribution
@@ -523,6 +523,13 @@ def test_chi_square_hvd_over_every_source():
         verified |= {s["cache_source"] for s in d.log if s["source"] == "cache"}
     assert {"recycling", "rest"} <= verified  # trees were verified, not only chains
     assert chi2_two_sample(ar, [r.tokens[4] for r in runs]).p > 1e-3
+
+    # negative control: the same test rejects a rule that keeps every draft token of the first branch
+    bad = [
+        generate(target, REPEATY, 5, sampling=t1, seed=10**6 + s, drafter=d, acceptor=KeepFirstBranch()).tokens[4]
+        for s in range(800)
+    ]
+    assert chi2_two_sample(ar, bad).p < 1e-3
 
 
 def test_feature_matrix_fills_the_tree_columns_of_older_logs():

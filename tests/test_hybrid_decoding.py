@@ -7,7 +7,7 @@ false-positive rate per assertion under the null)."""
 
 import pytest
 import torch
-from conftest import tiny_lm
+from conftest import KeepFirstBranch, tiny_lm, token_zero_draft
 from transformers import Qwen3_5ForCausalLM
 
 import speclib
@@ -76,6 +76,15 @@ def test_chi_square_ar_vs_tree_sd_on_hybrid(target, draft):
     ar = token_at(None, 0)
     sd = token_at(lambda: TreeDrafter(draft, branching=(3, 2)), 10**6)
     assert chi2_two_sample(ar, sd).p > 1e-3
+    # negative control: the same test rejects a rule that keeps every draft token of the first branch. The tiny
+    # target and draft are near uniform, so the draft is one that proposes token 0: what the rule keeps shows
+    zero = token_zero_draft()
+    bad = [
+        generate(target, [3, 1, 4], 4, drafter=TreeDrafter(zero, branching=(3, 2)), sampling=T1, seed=10**6 + s,
+                 acceptor=KeepFirstBranch()).tokens[3]
+        for s in range(800)
+    ]  # fmt: skip
+    assert chi2_two_sample(ar, bad).p < 1e-3
 
 
 @pytest.mark.parametrize("sampling", [GREEDY, T1], ids=["greedy", "t1"])

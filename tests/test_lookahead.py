@@ -5,7 +5,7 @@ import random
 
 import pytest
 import torch
-from conftest import tiny_lm
+from conftest import KeepFirstBranch, tiny_lm
 
 from speclib import Lookahead, Sampling, generate
 from speclib.core.protocols import VerifyObserver
@@ -106,6 +106,13 @@ def test_chi_square_at_temperature_one():
     runs = [generate(target, prompt, 5, sampling=t1, seed=10**6 + s, drafter=d) for s in range(800)]
     assert sum(s["accepted"] for r in runs for s in r.stats.steps) > 200
     assert chi2_two_sample(ar, [r.tokens[4] for r in runs]).p > 1e-3
+
+    # negative control: the same test rejects a rule that keeps every draft token of the first branch
+    bad = [
+        generate(target, prompt, 5, sampling=t1, seed=10**6 + s, drafter=d, acceptor=KeepFirstBranch()).tokens[4]
+        for s in range(800)
+    ]
+    assert chi2_two_sample(ar, bad).p < 1e-3
 
 
 def test_bad_inputs():

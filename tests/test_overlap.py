@@ -12,7 +12,7 @@ import time
 
 import pytest
 import torch
-from conftest import noisy_copy, tiny_lm, token_at
+from conftest import noisy_copy, tiny_lm, token_at, token_zero_draft
 
 from speclib import ModelDrafter, Sampling, generate
 from speclib.drafters import overlap
@@ -43,18 +43,6 @@ def test_greedy_output_equals_ar(models, k, wait_for, ahead, backend):
         # the same drafts as the sequential drafter: accepted tokens per step can only come from q's argmax chain
         seq = generate(target, prompts[0], 60, drafter=ModelDrafter(draft, k), sampling=GREEDY)
         assert seq.stats.acceptance_rate > 0.3  # the pair agrees often: hypotheses survive verify passes
-
-
-def token_zero_draft():
-    """A draft whose q puts almost all its mass on token 0, whatever the context."""
-    lm = tiny_lm(16, 1, seed=1)
-    head = torch.nn.Linear(16, lm.vocab_size, bias=True)
-    with torch.no_grad():
-        head.weight.zero_()
-        head.bias.zero_()
-        head.bias[0] = 10.0
-    lm.model.lm_head = head
-    return lm
 
 
 class AcceptAll:

@@ -7,7 +7,7 @@ import random
 import numpy as np
 import pytest
 import torch
-from conftest import tiny_lm
+from conftest import KeepFirstBranch, tiny_lm
 
 from speclib import Sampling, TokenRecycling, generate
 from speclib.core.protocols import VerifyObserver
@@ -151,16 +151,28 @@ def test_the_loop_hands_over_each_verify_pass():
 
 
 def test_chi_square_at_temperature_one():
-    """Token at new-token index 4 over 800 seeded runs at T = 1, AR vs Token Recycling (one drafter, its
-    matrix warm from the earlier runs). alpha = 1e-3: a 0.1% false-positive rate under the null."""
+    """The tokens at new-token indices 3 and 4, as one pair, over 800 seeded runs at T = 1, AR vs Token Recycling
+    (one drafter, its matrix warm from the earlier runs): the joint, because the tiny target's marginal at one
+    index barely depends on the tokens before it, so a wrong rule would not show in it. alpha = 1e-3: a 0.1% false-positive rate under the null."""
     target = tiny_lm(32, 2, vocab=16, seed=0)
     t1 = Sampling(1.0)
+
+    def pair(g):
+        return g.tokens[3] * target.vocab_size + g.tokens[4]
+
     prompt = [1, 2, 3, 4, 5, 1, 2, 3]
-    ar = [generate(target, prompt, 5, sampling=t1, seed=s).tokens[4] for s in range(800)]
+    ar = [pair(generate(target, prompt, 5, sampling=t1, seed=s)) for s in range(800)]
     d = TokenRecycling(top_k=3, nodes=8, rank_accept=(0.5, 0.3, 0.2))
     runs = [generate(target, prompt, 5, sampling=t1, seed=10**6 + s, drafter=d) for s in range(800)]
     assert sum(s["accepted"] for r in runs for s in r.stats.steps) > 200
-    assert chi2_two_sample(ar, [r.tokens[4] for r in runs]).p > 1e-3
+    assert chi2_two_sample(ar, [pair(r) for r in runs]).p > 1e-3
+
+    # negative control: the same test rejects a rule that keeps every draft token of the first branch
+    bad = [
+        pair(generate(target, prompt, 5, sampling=t1, seed=10**6 + s, drafter=d, acceptor=KeepFirstBranch()))
+        for s in range(800)
+    ]
+    assert chi2_two_sample(ar, bad).p < 1e-3
 
 
 def test_bad_inputs():

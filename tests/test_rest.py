@@ -6,7 +6,7 @@ from collections import Counter
 
 import numpy as np
 import pytest
-from conftest import tiny_lm
+from conftest import KeepFirstBranch, tiny_lm
 
 from speclib import Sampling, generate
 from speclib.drafters.rest import Datastore, RestDrafter, suffix_array
@@ -87,6 +87,21 @@ def test_chi_square_at_temperature_one():
     ]
     assert sum(s["accepted"] for r in runs for s in r.stats.steps) > 200
     assert chi2_two_sample(ar, [r.tokens[4] for r in runs]).p > 1e-3
+
+    # negative control: the same test rejects a rule that keeps every draft token of the first branch
+    bad = [
+        generate(
+            target,
+            prompt,
+            5,
+            sampling=t1,
+            seed=10**6 + s,
+            drafter=RestDrafter(store, 6, 1, 4, 6),
+            acceptor=KeepFirstBranch(),
+        ).tokens[4]
+        for s in range(800)
+    ]
+    assert chi2_two_sample(ar, bad).p < 1e-3
 
 
 def test_datastore_file_round_trip_and_bad_inputs(tmp_path):
