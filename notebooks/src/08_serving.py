@@ -79,12 +79,14 @@ PUBLISH = False  # True: a run with non-default parameters also replaces data/re
 
 # %%
 import tempfile
+from functools import partial
 from pathlib import Path
 
 import matplotlib.pyplot as plt
 import pandas as pd
 from IPython.display import Markdown, display
 
+from speclib.core.device import set_threads
 from speclib.drafters.hybrid import PayoffPredictor, feature_matrix
 from speclib.research import bench, load, load_stats
 from speclib.workbook import load_sweep, results, verdicts
@@ -97,6 +99,7 @@ if SMOKE:
     CHAT_RATES, CHAT_SESSIONS = [4.0], 1
 NB = "08_serving"
 style()
+set_threads(1)  # as the server runs: the pilot replay and the client leave the other core to it
 HVD_FILE = Path(tempfile.mkdtemp()) / "hvd_predictor.npz"  # fitted in section 2, read by the hvd server
 ARGS = load_sweep.server_args(DRAFT, K, LOOKUP_K, TREE_BUDGET, HVD_FILE)  # method -> `speclib serve` arguments
 unknown = sorted(set(METHODS) - set(ARGS))
@@ -169,13 +172,12 @@ display(
 
 
 # %%
-def hvd_pilot():
-    pilot = load_sweep.hvd_pilot(TARGET, DRAFT, pilot_sessions, K, MAX_TOKENS)
-    return {name: table.assign(**meta) for name, table in pilot.items()}
-
-
 if "hvd" in METHODS:
-    pilot = study.step("hvd_pilot", hvd_pilot, uses=["TARGET", "DRAFT", "K", "MAX_TOKENS", "PILOT_SESSIONS"])
+    pilot = study.step(
+        "hvd_pilot",
+        partial(load_sweep.hvd_pilot, TARGET, DRAFT, pilot_sessions, K, MAX_TOKENS, meta),
+        uses=["TARGET", "DRAFT", "K", "MAX_TOKENS", "PILOT_SESSIONS"],
+    )
     hvd_logs = pilot["hvd_logs"]
     predictor = PayoffPredictor(seed=SEED).fit(feature_matrix(hvd_logs), hvd_logs.accepted.to_numpy())
     predictor.save(HVD_FILE)
@@ -207,26 +209,16 @@ if "hvd" in METHODS:
 
 
 # %%
-def run_sweep(target, methods, sessions, warmup, rates, chat=False):
-    tables = load_sweep.sweep(
-        target, methods, ARGS, sessions, warmup, rates, passes=PASSES, max_batch=MAX_BATCH,
-        max_tokens=MAX_TOKENS, duration_s=DURATION_S, seed=SEED, chat=chat,
-    )  # fmt: skip
-    return {name: table.assign(**meta | dict(target=target)) for name, table in tables.items()}
-
-
-def check_answers(req):
-    req["same_as_ar"] = load_stats.same_as_ar(req)
-    check, text = load_sweep.answer_check(req)
-    display(check)
-    display(Markdown(text))
-
-
+SWEEP = dict(passes=PASSES, max_batch=MAX_BATCH, max_tokens=MAX_TOKENS, duration_s=DURATION_S, seed=SEED, meta=meta)
 LOAD_USES = ["TARGET", "DRAFT", "K", "TREE_BUDGET", "LOOKUP_K", "MAX_BATCH", "RATES", "N_SESSIONS"]
 LOAD_USES += ["DURATION_S", "MAX_TOKENS", "METHODS", "PASSES", "PILOT_SESSIONS"]
-sweep = study.step("load", lambda: run_sweep(TARGET, METHODS, sessions, warmup_sessions, RATES), uses=LOAD_USES)
+sweep = study.step(
+    "load", partial(load_sweep.sweep, TARGET, METHODS, ARGS, sessions, warmup_sessions, RATES, **SWEEP), uses=LOAD_USES
+)
 req, steps = sweep["requests"], sweep["steps"]
-check_answers(req)
+req["same_as_ar"] = load_stats.same_as_ar(req)
+check, text = load_sweep.answer_check(req)
+display(check, Markdown(text))
 
 # %% [markdown]
 # ## 4 · Latency and throughput against load
@@ -277,14 +269,11 @@ display(Markdown(verdicts.load_sweep_text(summary, steps, METHODS, RATES, K, tab
 
 
 # %%
-def chat_sweep():
-    mt = load.mt_bench_sessions(seed=SEED)
-    r = run_sweep(
-        CHAT_TARGET, CHAT_METHODS, mt[:CHAT_SESSIONS], mt[CHAT_SESSIONS : CHAT_SESSIONS + 1], CHAT_RATES, chat=True
-    )
-    return {"chat_requests": r["requests"], "chat_steps": r["steps"]}
-
-
+mt = load.mt_bench_sessions(seed=SEED)
+chat_sweep = partial(
+    load_sweep.sweep, CHAT_TARGET, CHAT_METHODS, ARGS, mt[:CHAT_SESSIONS], mt[CHAT_SESSIONS : CHAT_SESSIONS + 1],
+    CHAT_RATES, chat=True, prefix="chat_", **SWEEP,
+)  # fmt: skip
 if CHAT_TARGET:
     chat = study.step(
         "chat",
@@ -302,7 +291,9 @@ if CHAT_TARGET:
         ],
     )
     creq = chat["chat_requests"]
-    check_answers(creq)
+    creq["same_as_ar"] = load_stats.same_as_ar(creq)
+    check, text = load_sweep.answer_check(creq)
+    display(check, Markdown(text))
     chat_summary = load_stats.summarize(creq, chat["chat_steps"], SEED)
     results.save(chat_summary.assign(**meta | dict(target=CHAT_TARGET)), f"{NB}/chat_summary")
     display(

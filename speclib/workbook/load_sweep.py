@@ -49,9 +49,12 @@ def cost_ratios(costs: pd.DataFrame) -> pd.DataFrame:
     return per_plain.pivot(index="nodes", columns="batch", values="per_plain")
 
 
-def hvd_pilot(target: str, draft: str, sessions: list, k: int, max_tokens: int) -> dict[str, pd.DataFrame]:
+def hvd_pilot(
+    target: str, draft: str, sessions: list, k: int, max_tokens: int, meta: dict | None = None
+) -> dict[str, pd.DataFrame]:
     """The pilot sessions replayed offline (`load.replay_sessions`) with the server's caches ranked first in turn,
-    logging every cache candidate with its accepted length, then with the draft chain alone (its steps)."""
+    logging every cache candidate with its accepted length, then with the draft chain alone (its steps); `meta`:
+    columns every table carries."""
     target_lm, draft_lm = load_lm(target), load_lm(draft)
 
     def replay(make_drafter, keep):
@@ -72,7 +75,8 @@ def hvd_pilot(target: str, draft: str, sessions: list, k: int, max_tokens: int) 
 
         replay(ranked, lambda d, g: logs.extend(r for r in d.log if r["drafted"] > 0))
     replay(lambda: ModelDrafter(draft_lm, k), lambda d, g: steps.extend(g.stats.steps))
-    return {"hvd_logs": pd.DataFrame(logs), "hvd_model_steps": pd.DataFrame(steps)[["drafted", "accepted"]]}
+    tables = {"hvd_logs": pd.DataFrame(logs), "hvd_model_steps": pd.DataFrame(steps)[["drafted", "accepted"]]}
+    return {name: t.assign(**(meta or {})) for name, t in tables.items()}
 
 
 def sweep(
@@ -89,9 +93,12 @@ def sweep(
     duration_s: float,
     seed: int,
     chat: bool = False,
+    meta: dict | None = None,
+    prefix: str = "",
 ) -> dict[str, pd.DataFrame]:
     """Every method in order, then (passes = 2) reversed; per method a fresh server, the warm-up sessions (not
-    recorded), then every rate: the client's rows ("requests") and the server's step log ("steps")."""
+    recorded), then every rate: the client's rows (table `prefix + "requests"`) and the server's step log
+    (`prefix + "steps"`), each with `meta`'s columns and the target's name."""
     rows, steps = [], []
     for p in range(passes):
         for method in methods if p == 0 else methods[::-1]:
@@ -108,7 +115,11 @@ def sweep(
                     )
                     rows += [dict(method=method, rate=rate, pass_=p) | x for x in r]
                     steps += [dict(method=method, rate=rate, pass_=p) | s for s in load.server_steps(url)[start:]]
-    return {"requests": pd.DataFrame(rows), "steps": pd.DataFrame(steps)}
+    info = (meta or {}) | dict(target=target)
+    return {
+        prefix + "requests": pd.DataFrame(rows).assign(**info),
+        prefix + "steps": pd.DataFrame(steps).assign(**info),
+    }
 
 
 def answer_check(req: pd.DataFrame) -> tuple[pd.DataFrame, str]:
