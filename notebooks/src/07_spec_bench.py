@@ -355,22 +355,13 @@ if SELF_DRAFTS:
     fsaved = study.step(
         "self_draft",
         partial(
-            psb.self_draft_runs,
-            setup,
-            TARGET,
-            SELF_DRAFTS,
-            SELF_KS,
-            EXIT_STEPS,
-            EXIT_MINUTES,
-            EXIT_TEXT,
-            REST_ANSWERS,
-            FR_VOCAB,
-            SEED,
+            psb.self_draft_runs, setup, TARGET, SELF_DRAFTS, SELF_KS, EXIT_STEPS, EXIT_MINUTES, EXIT_TEXT,
+            REST_ANSWERS, FR_VOCAB, SEED,
         ),
         uses=QUESTION_SET
         + ["SELF_DRAFTS", "SELF_KS", "EXIT_STEPS", "EXIT_MINUTES", "EXIT_TEXT", "REST_ANSWERS", "FR_VOCAB"]
         + ["THREADS"],
-    )
+    )  # fmt: skip
     fruns = fsaved["self_runs"]
     table = pd.concat([table, spec_bench.task_table(fruns, tasks)], ignore_index=True)
     display(Markdown("Each subset's exit adapter (KL to the full model and acceptance proxy on held-out answers):"))
@@ -635,22 +626,12 @@ display(Markdown(verdicts.chi2_text(chi)))
 rt = study.step(
     "runtimes",
     partial(
-        psb.runtime_runs,
-        setup,
-        TARGET,
-        reported_qs,
-        RUNTIMES,
-        RUNTIME_KS,
-        RUNTIME_PER_TASK,
-        int(costs.prefix_len.iloc[0]),
-        LATENCY_REPEATS,
-        best_lookup[0],
-        gguf,
-        threads,
+        psb.runtime_runs, setup, TARGET, reported_qs, RUNTIMES, RUNTIME_KS, RUNTIME_PER_TASK,
+        int(costs.prefix_len.iloc[0]), LATENCY_REPEATS, best_lookup[0], gguf, threads,
     ),
     uses=QUESTION_SET
     + ["LOOKUP_GRID", "SUFFIX_GRID", "RUNTIMES", "RUNTIME_KS", "RUNTIME_PER_TASK", "LATENCY_REPEATS", "THREADS"],
-)
+)  # fmt: skip
 rlat, rruns = rt["runtime_latency"], rt["runtime_runs"]
 rtable = psb.runtime_table(rlat, rruns, RUNTIMES)
 results.save(rtable.assign(**meta), f"{NB}/runtime_table")
@@ -732,15 +713,8 @@ try:  # notebook 05's code model at one thread, same CPU, same bare-pass timing
 except results.MissingResult:
     lat05 = None
 conclusions = verdicts.spec_bench_text(
-    tables,
-    tasks,
-    board,
-    lat05,
-    lookup_k=best_lookup[1],
-    fr_vocab=FR_VOCAB,
-    long_tasks=LONG_TASKS,
-    long_cap=LONG_MAX_NEW_TOKENS,
-)
+    tables, tasks, board, lat05, lookup_k=best_lookup[1], fr_vocab=FR_VOCAB, long_tasks=LONG_TASKS, long_cap=LONG_MAX_NEW_TOKENS
+)  # fmt: skip
 display(Markdown(conclusions))
 
 # %% [markdown]
@@ -775,12 +749,27 @@ fits = {  # a line needs two snapshots at least
 }
 display(pd.concat(curves, names=["kind"]).drop(columns=["tokens_per_pass_per_prompt", "speedup_per_prompt"]).round(3))
 
+# %% [markdown]
+# **Reading the figure.** x: training tokens seen (log scale), one point per snapshot with its 95%
+# interval over the held-out prompts; left, tokens per target pass; right, the speedup over AR measured
+# beside it. Dashed: the fitted line, drawn thirty times past the last snapshot; dotted: the goals (3.0
+# tokens per pass for the head; 1.8x for the head, 1.3x for the draft; 1x is AR).
+
 # %%
 savefig(psb.learning_curve_figure(curves, fits), f"{NB}_learning_curve")
 plt.show()
 
+# %% [markdown]
+# **What the curve says**, read from the fits: how much a tenfold increase of data buys, and how much
+# data each goal would take if the line held.
+
 # %%
 display(Markdown(verdicts.learning_curve_text(curves, fits)))
+
+# %% [markdown]
+# ### This run's steps
+# Each step, whether it was computed or reused, the commit it ran at and the target's one-token pass
+# time before and after it (steps computed on different days or machines carry different ones).
 
 # %%
 display(study.summary())
