@@ -80,6 +80,19 @@ def token_zero_draft(vocab=64) -> HFLM:
     return lm
 
 
+@pytest.fixture(autouse=True)
+def _no_routed_results(monkeypatch):
+    """A Study for an unpublished run points SPECLIB_OUT at its folder for the rest of the process (so a notebook
+    kernel's later saves follow it); in a test process that would leak into the next test: undo it after each."""
+    from speclib.workbook import study
+
+    monkeypatch.setattr(study, "_routed", study._routed)
+    monkeypatch.setenv("SPECLIB_OUT", os.environ.get("SPECLIB_OUT", ""))
+    if not os.environ["SPECLIB_OUT"]:
+        monkeypatch.delenv("SPECLIB_OUT")
+    yield
+
+
 class KeepFirstBranch:
     """A wrong rule, the negative control of the chi-square tests: it keeps every draft token along the first
     child of each node, whatever the target's probabilities, then samples the next token from the target."""
