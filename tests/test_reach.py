@@ -164,3 +164,13 @@ def test_check_judges_by_the_definitions_where_a_manifest_records_them():
     tampered = defs | {"speclib.serving.engine:calibrate": "0" * 12}
     got = provenance.check(man | dict(definitions=tampered))
     assert got == dict(status="stale", reasons=["speclib.serving.engine.calibrate changed"])
+
+
+def test_one_index_serves_several_notebooks(tree):
+    (tree / "nb2.py").write_text('only = study.step("other", lambda: 1, uses=[])\n')
+    shared = index(tree)
+    assert "notebook:step:runs" in reach.step_definitions(tree / "nb.py", "runs", shared)
+    assert reach.step_definitions(tree / "nb2.py", "other", shared) == {
+        "notebook:step:other": reach.step_definitions(tree / "nb2.py", "other")["notebook:step:other"]
+    }
+    assert reach.step_definitions(tree / "nb2.py", "runs", shared) is None

@@ -179,10 +179,12 @@ class Index:
         self._prints: dict[tuple[int, str], str] = {}
 
     def module(self, name: str, path: Path | None = None) -> _Module | None:
-        if name not in self._modules:
+        """Module `name` parsed (a notebook source: from `path`, cached by it, as every notebook is `NOTEBOOK`)."""
+        key = f"{name}@{path}" if path else name
+        if key not in self._modules:
             f = path or module_file(name, self.roots)
-            self._modules[name] = _Module(name, ast.parse(f.read_text()), self.roots) if f and f.is_file() else None
-        return self._modules[name]
+            self._modules[key] = _Module(name, ast.parse(f.read_text()), self.roots) if f and f.is_file() else None
+        return self._modules[key]
 
     def fingerprint(self, module: _Module, name: str) -> str:
         key = (id(module.defs[name]), name)

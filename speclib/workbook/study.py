@@ -312,6 +312,8 @@ class Study:
         adoptions = _adoptions()
         if name in adoptions:
             return self._adopt(name, used, adoptions[name])
+        # read before computing: the code as the run starts, and a source it cannot read fails now, not hours later
+        definitions = reach.step_definitions(provenance.notebook_source(self.notebook), name)
         calib_before = self.calibrate() if self.calibrate else None
         t0 = time.perf_counter()
         out = compute()
@@ -338,7 +340,7 @@ class Study:
             **self.code,
             machine=_machine(),
             modules=provenance.module_fingerprints(),
-            definitions=reach.step_definitions(provenance.notebook_source(self.notebook), name),
+            definitions=definitions,
             checkpoints=provenance.checkpoint_hashes(provenance.named_checkpoints(used)),
             step_source=_source_hash(compute),
             calibration=None
