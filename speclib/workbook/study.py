@@ -175,7 +175,8 @@ class Study:
         if mode not in MODES:
             raise ValueError(f"mode (RESULTS) must be one of {MODES}, got {mode!r}")
         if calibrate is not None and not callable(calibrate):
-            calibrate = provenance.Calibration(calibrate)  # an LM: time its one-token pass
+            # an LM: time its one-token pass (a smoke run's timings mean nothing: three passes will do)
+            calibrate = provenance.Calibration(calibrate, repeats=3 if (always or {}).get("SMOKE") else 15)
         self.notebook, self.mode, self.calibrate = notebook, mode, calibrate
         self.code = provenance.loaded_code()  # the code this kernel imported
         provenance.module_fingerprints()  # hash what is loaded now, before any later edit
