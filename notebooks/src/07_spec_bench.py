@@ -500,6 +500,29 @@ savefig(fig, f"{NB}_tasks")
 plt.show()
 
 # %% [markdown]
+# ### How much of it is the model copying or looping
+# At this cap a greedy 135M model often echoes its prompt (a translation that repeats the German source, a
+# second MT-bench turn that re-emits its first answer) or falls into a loop, and a copy or a loop is what a
+# copying drafter accepts best. Each turn's AR answer is scored by the share of its 4-grams found in the
+# prompt (`spec_bench.copied_share`) and already earlier in itself (`spec_bench.repeated_share`); a turn with
+# more than half of either is *degenerate* (`psb.DEGENERATE`). Every speedup is computed again without
+# those turns, against the same AR runs of its own step. Greedy outputs are the same for every lossless
+# method, so one answer per turn describes them all.
+
+# %%
+degen = psb.degeneracy(reported_turns, outputs)
+results.save(degen.assign(**meta), f"{NB}/degeneracy")
+step_runs = [runs] + [hruns] * bool(HEAD) + [druns] * bool(DRAFT_MODEL) + [fruns] * bool(SELF_DRAFTS)
+step_runs += [rsaved["recycling_runs"], ssaved["rest_runs"], es_runs]  # the task table's order
+both = psb.degenerate_table(step_runs, tasks, degen)
+results.save(both.assign(**meta), f"{NB}/degenerate_table")
+display(degen.groupby("task", sort=False)[["copied", "repeated", "degenerate"]].mean().round(2))
+free = both[both.method.isin(verdicts.TRAINING_FREE)]
+display(free.pivot(index="method", columns="task", values="speedup_clean").reindex(columns=order).round(2))
+rho_copy, rho_repeat = psb.degeneracy_correlations(degen, runs, es_runs)
+display(Markdown(verdicts.degeneracy_text(degen, both, rho_copy, rho_repeat, psb.DEGENERATE)))
+
+# %% [markdown]
 # **Lossless, checked.** Every speclib method's greedy output must equal speclib AR's on every turn;
 # transformers runs the same float32 weights through its own forward and should agree too (a
 # difference would be a numerical tie broken differently, not an error of the method). llama.cpp runs
@@ -699,6 +722,7 @@ display(
 
 # %%
 tables = dict(task_table=table, ceiling=ceiling, identity=identity, implementations=impl, runtime_table=rtable)
+tables["degeneracy"] = degen
 tables |= dict(runs=runs, pass_costs=costs, runtime_runs=rruns, llamacpp_loops=cpp_loops)
 if HEAD:
     tables["head_cost"] = head_cost

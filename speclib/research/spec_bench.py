@@ -158,6 +158,18 @@ def repeated_share(tokens, n: int = 4) -> float:
     return repeats / len(grams)
 
 
+def copied_share(prompt, tokens, n: int = 4) -> float:
+    """The share of an answer's n-grams that occur in its prompt: about 0 for an answer in its own words, near
+    1 for one that echoes its prompt (a translation that repeats the source, a second turn that re-emits the
+    first answer), which is what prompt lookup accepts best. NaN for an answer shorter than n tokens."""
+    prompt, tokens = list(prompt), list(tokens)
+    grams = [tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1)]
+    if not grams:
+        return float("nan")
+    source = {tuple(prompt[i : i + n]) for i in range(len(prompt) - n + 1)}
+    return sum(g in source for g in grams) / len(grams)
+
+
 def spec_bench_ratio(runs, method: str, reference: str = "AR") -> float:
     """Spec-Bench's own speedup: the mean over questions of the method's tokens/s over the same mean for
     the reference (a ratio of means, unpaired; `bench.speedup` is the workbook's paired estimator)."""

@@ -612,6 +612,65 @@ def outside_shares(runs: pd.DataFrame, tasks: dict) -> dict:
     }
 
 
+# ---- degenerate answers: copies of the prompt and loops
+
+DEGENERATE = 0.5  # a turn whose AR answer copies or repeats more than this share of its 4-grams
+
+
+def degeneracy(reported_turns, outputs: pd.DataFrame, threshold: float = DEGENERATE) -> pd.DataFrame:
+    """Per reported turn: the share of AR's answer 4-grams found in the prompt (`copied`) and already earlier
+    in the answer (`repeated`, `spec_bench.repeated_share`), and `degenerate` when either exceeds `threshold`.
+    Greedy outputs equal AR's for every lossless method, so one answer per turn describes every method's."""
+    ar = outputs[outputs.method == "AR"].set_index("prompt").tokens
+    rows = []
+    for i, (ids, task, qid, turn) in enumerate(reported_turns):
+        answer = list(ar[i])
+        copied, repeated = spec_bench.copied_share(ids, answer), spec_bench.repeated_share(answer)
+        rows.append(dict(prompt=i, task=task, question_id=qid, turn=turn, new_tokens=len(answer), copied=copied,
+                         repeated=repeated, degenerate=bool(copied > threshold or repeated > threshold)))  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def degenerate_table(step_runs: list, tasks: dict, degen: pd.DataFrame) -> pd.DataFrame:
+    """Every method's task table (each against its own step's AR; `step_runs` in the order the notebook's task
+    table takes them) on all turns and on the turns that neither copy nor loop (`degeneracy`), side by side:
+    speedup, 95% CI and turns of each, per task and overall (a task with fewer than two such turns has no row
+    on them)."""
+    keep = set(degen.prompt[~degen.degenerate])
+    both = []
+    for name, kept in (("all", None), ("clean", keep)):
+        parts = []
+        for runs in step_runs:
+            r = runs if kept is None else runs[runs.prompt.isin(kept)]
+            task_of = r.prompt.map(tasks)
+            counts = task_of[~r.prompt.duplicated()].value_counts()  # turns per task
+            r = r[task_of.isin(counts[counts > 1].index)]
+            t = spec_bench.task_table(r, tasks)
+            parts.append(t.assign(turns=t.task.map(counts.to_dict() | {"overall": r.prompt.nunique()})))
+        t = pd.concat(parts, ignore_index=True)[["task", "method", "speedup", "lo", "hi", "turns"]]
+        t = t.drop_duplicates(["task", "method"])  # a method two steps ran: the first step's rows, as in task_table
+        both.append(t.set_index(["task", "method"]).add_suffix(f"_{name}"))
+    return both[0].join(both[1], how="left").reset_index()
+
+
+def turn_gains(runs: pd.DataFrame, method: str) -> pd.Series:
+    """Per turn (prompt index), `method`'s speed over its step's AR (median over rounds)."""
+    return bench.ratios(runs, method, "AR").median(axis=1)
+
+
+def degeneracy_correlations(degen: pd.DataFrame, runs: pd.DataFrame, es_runs: pd.DataFrame) -> tuple[float, float]:
+    """Spearman over turns of the copied share with prompt lookup's gain (the benchmark step) and of the
+    repeated share with HVD's (the every-source step)."""
+    from scipy.stats import spearmanr
+
+    d = degen.set_index("prompt")
+    lookup, hvd_ = turn_gains(runs, "prompt lookup"), turn_gains(es_runs, "HVD (every source)")
+    return (
+        float(spearmanr(d.copied, lookup.loc[d.index], nan_policy="omit").statistic),
+        float(spearmanr(d.repeated, hvd_.loc[d.index], nan_policy="omit").statistic),
+    )
+
+
 def ceiling_table(runs: pd.DataFrame, tasks: dict, methods=None) -> pd.DataFrame:
     """Per task and overall, each method's ceiling (`bench.ceiling_runs`) with its 95% CI; `methods`: only these."""
     c = bench.ceiling_runs(runs)
