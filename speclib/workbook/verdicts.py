@@ -581,8 +581,8 @@ def degeneracy_text(degen, both, rho_copy: float, rho_repeat: float, threshold: 
     def row(m):
         r = o.loc[m]
         return (
-            f"{m} {r.speedup_all:.2f}x (95% CI {r.lo_all:.2f}–{r.hi_all:.2f}) on all turns, "
-            f"**{r.speedup_clean:.2f}x** ({r.lo_clean:.2f}–{r.hi_clean:.2f}) on the others"
+            f"{m} {r.speedup_all:.2f}x (95% CI {ci(r.lo_all, r.hi_all)}) on all turns, "
+            f"**{r.speedup_clean:.2f}x** ({ci(r.lo_clean, r.hi_clean)}) on the others"
         )
 
     clean = o.loc[free].speedup_clean
