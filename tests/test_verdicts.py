@@ -70,3 +70,27 @@ def test_learning_curve_text_follows_the_fit():
     assert "every output equals AR's" in head and "SOME OUTPUTS DIFFER" in draft
     alone = verdicts.learning_curve_text({"draft": curves["draft"]}, {})
     assert "Speedup: one snapshot, no line to say when 1.3x comes." in alone
+
+
+def test_chat_verdicts_call_a_method_faster_only_beyond_ars_own_drift():
+    import pandas as pd
+
+    rows = [
+        dict(method="AR", rate=r, tpot_p50=0.05, mean_batch=1.0, tpot_vs_ar=1, tpot_lo=1, tpot_hi=1) for r in (1, 2)
+    ]
+    rows += [
+        dict(method="lookup", rate=1, tpot_p50=0.03, mean_batch=1.0, tpot_vs_ar=0.6, tpot_lo=0.5, tpot_hi=0.8, acceptance=0.3),
+        dict(method="lookup", rate=2, tpot_p50=0.04, mean_batch=2.0, tpot_vs_ar=0.7, tpot_lo=0.6, tpot_hi=0.95, acceptance=0.3),
+    ]  # fmt: skip
+    summary = pd.DataFrame(rows)
+    quiet = verdicts.chat_sweep_text(
+        summary, ["AR", "lookup"], [1, 2], "m", drift={1: (1.01, 0.9, 1.1), 2: (0.98, 0.9, 1.0)}
+    )
+    assert "faster than AR at every rate (each interval below 1, beyond AR's drift)" in quiet
+    # at rate 2 AR moved by 9% against itself: an upper bound of 0.95 no longer tells
+    moved = verdicts.chat_sweep_text(
+        summary, ["AR", "lookup"], [1, 2], "m", drift={1: (1.01, 0.9, 1.1), 2: (0.91, 0.8, 0.95)}
+    )
+    assert "faster than AR at 1/s; at 2/s its interval clears 1 but not AR's own drift" in moved
+    assert "0.91 (95% CI 0.80–0.95) at 2/s" in moved
+    assert "at every rate" in verdicts.chat_sweep_text(summary, ["AR", "lookup"], [1, 2], "m")  # no drift measured

@@ -304,7 +304,13 @@ if CHAT_TARGET:
         ].round(3)
     )
     agent = {m: {low: at.tpot_vs_ar[(m, low)]} for m in CHAT_METHODS if m in METHODS and m != "AR"}
-    display(Markdown(verdicts.chat_sweep_text(chat_summary, CHAT_METHODS, CHAT_RATES, CHAT_TARGET, agent)))
+    chat_ok = creq[creq.error.isna()]
+    chat_drift = {r: load_stats.ar_drift(chat_ok, r, SEED) for r in CHAT_RATES} if PASSES == 2 else None
+    if chat_drift:
+        rows = [dict(rate=r, tpot_ratio=d[0], lo=d[1], hi=d[2]) for r, d in chat_drift.items()]
+        results.save(pd.DataFrame(rows).assign(**meta | dict(target=CHAT_TARGET)), f"{NB}/chat_drift")
+    chat_words = verdicts.chat_sweep_text(chat_summary, CHAT_METHODS, CHAT_RATES, CHAT_TARGET, agent, chat_drift)
+    display(Markdown(chat_words))
 
 # %% [markdown]
 # ### This run's steps
@@ -315,8 +321,9 @@ display(study.summary())
 # %% [markdown]
 # ## What to take away
 #
-# * **A server's speculation is a scheduling decision per step.** The same draft that pays alone can
-#   cost time in a full batch, because the verify pass carries every request's drafts at once.
+# * **A server's speculation is a scheduling decision per step.** The verify pass carries every running
+#   request's drafts at once, so a draft's price grows with the batch (section 1's table); whether that makes
+#   a fixed budget slower than AR in this sweep, beyond AR's own drift, is the verdict of section 3.
 # * **Measure the verify cost at each batch size**, and let the budget follow it: with the acceptance
 #   seen so far, the predicted tokens per second at each budget is one line of arithmetic per step.
 # * **Speculation changes no answer.** Under every load and method above, the greedy answers equal plain

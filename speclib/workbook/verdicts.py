@@ -120,7 +120,16 @@ def load_sweep_text(summary, steps, methods, rates, k: int, pass_table, b_max: i
     best_low = min(spec, key=lambda m: at.tpot_vs_ar[(m, low)])
     bl = at.loc[(best_low, low)]
     adaptive = [m for m in spec if "adaptive" in m]
-    crossings = {m: next((r for r in rates if at.tpot_lo[(m, r)] > 1), None) for m in spec if "adaptive" not in m}
+    drift_at = {r: abs(d[0] - 1) for r, d in (drift or {}).items()}  # AR against itself, per rate
+    # slower than AR: the interval above 1 by more than AR moved against itself at that rate
+    crossings = {
+        m: next((r for r in rates if at.tpot_lo[(m, r)] > 1 + drift_at.get(r, 0.0)), None)
+        for m in spec
+        if "adaptive" not in m
+    }
+    within = {
+        m: [r for r in rates if 1 < at.tpot_lo[(m, r)] <= 1 + drift_at.get(r, 0.0)] for m in spec if "adaptive" not in m
+    }
     lines, noise = [], 0.0
     if drift is not None:
         noise = max(abs(d[0] - 1) for d in drift.values())
@@ -154,10 +163,16 @@ def load_sweep_text(summary, steps, methods, rates, k: int, pass_table, b_max: i
         f"{e['hindsight'] / e['tokens'] / per_token_ar:.2f} times AR's (a hindsight bound, not a method)."
     )
     lines.append(
-        "Fixed budgets against AR as the load rises: "
+        "Fixed budgets against AR as the load rises (slower only where the interval clears AR's own drift at "
+        "that rate): "
         + "; ".join(
             f"{m} "
-            + (f"slower than AR (interval above 1) from {r}/s" if r is not None else "never clearly slower than AR")
+            + (f"slower than AR from {r}/s" if r is not None else "never clearly slower than AR")
+            + (
+                f" (above 1 but within AR's drift at {', '.join(f'{x}/s' for x in within[m])})"
+                if within[m] and r is None
+                else ""
+            )
             for m, r in crossings.items()
         )
         + f". At the highest rate ({high}/s) AR's mean batch is {at.mean_batch[('AR', high)]:.2f}; section 1 prices "
@@ -206,11 +221,14 @@ def load_sweep_text(summary, steps, methods, rates, k: int, pass_table, b_max: i
     return " ".join(lines)
 
 
-def chat_sweep_text(summary, methods, rates, target: str, agent: dict | None = None) -> str:
-    """A chat model's load sweep in words, from `load_stats.summarize`'s table: AR's median TPOT per rate,
-    then each method's TPOT over AR's with its interval and whether it is faster or slower at every rate;
-    `agent`: method -> its ratio on the agent sessions at the lowest rate, named beside it."""
+def chat_sweep_text(summary, methods, rates, target: str, agent: dict | None = None, drift: dict | None = None) -> str:
+    """A chat model's load sweep in words, from `load_stats.summarize`'s table: AR's median TPOT per rate and,
+    with `drift` (rate -> (ratio, lo, hi) of AR's second pass over its first), how far AR moved against
+    itself; then each method's TPOT over AR's with its interval, called faster or slower at a rate only where
+    the interval clears 1 by more than AR's drift there; `agent`: method -> its ratio on the agent sessions
+    at the lowest rate, named beside it."""
     cs = summary.set_index(["method", "rate"])
+    noise = {r: abs(d[0] - 1) for r, d in (drift or {}).items()}
     words = [
         f"On {target}, AR's median TPOT is "
         + ", ".join(
@@ -218,18 +236,35 @@ def chat_sweep_text(summary, methods, rates, target: str, agent: dict | None = N
         )
         + "."
     ]
+    if drift:
+        words.append(
+            "AR's second pass against its first: "
+            + ", ".join(f"{d[0]:.2f} (95% CI {ci(d[1], d[2])}) at {r}/s" for r, d in drift.items())
+            + "; a method is called faster or slower only beyond that."
+        )
     for m in (m for m in methods if m != "AR"):
-        below = [r for r in rates if cs.tpot_hi[(m, r)] < 1]
-        above = [r for r in rates if cs.tpot_lo[(m, r)] > 1]
+        below = [r for r in rates if cs.tpot_hi[(m, r)] < 1 - noise.get(r, 0.0)]
+        above = [r for r in rates if cs.tpot_lo[(m, r)] > 1 + noise.get(r, 0.0)]
+        drifted = [r for r in rates if r not in below + above and (cs.tpot_hi[(m, r)] < 1 or cs.tpot_lo[(m, r)] > 1)]
         if cs.tpot_lo[[(m, r) for r in rates]].isna().any():
             verdict = ": one session per rate, no interval."
         elif len(below) == len(rates):
-            verdict = ": faster than AR at every rate (each interval below 1)."
+            verdict = ": faster than AR at every rate (each interval below 1" + (
+                ", beyond AR's drift)." if drift else ")."
+            )
         elif above:
             verdict = f": slower than AR at {', '.join(map(str, above))}/s (interval above 1)."
         else:
-            across = ", ".join(f"{r}/s" for r in rates if r not in below)
-            verdict = f": not clearly faster or slower than AR at {across} (interval across 1)."
+            rest = [r for r in rates if r not in below + drifted]
+            parts = [f"faster than AR at {', '.join(f'{r}/s' for r in below)}"] if below else []
+            if drifted:
+                parts.append(
+                    f"at {', '.join(f'{r}/s' for r in drifted)} its interval clears 1 but not AR's own drift: the run "
+                    "cannot tell"
+                )
+            if rest:
+                parts.append(f"not clearly faster or slower at {', '.join(f'{r}/s' for r in rest)} (interval across 1)")
+            verdict = ": " + "; ".join(parts) + "."
         words.append(
             f"{m}'s TPOT over AR's, paired per turn: "
             + "; ".join(
