@@ -86,6 +86,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 from IPython.display import Markdown, display
 
+import speclib
 from speclib.core.device import set_threads
 from speclib.drafters.hybrid import PayoffPredictor, feature_matrix
 from speclib.research import bench, load, load_stats
@@ -117,7 +118,8 @@ if CHAT_TARGET and ("AR" not in CHAT_METHODS or any("--draft" in ARGS.get(m, ["-
 if "hvd" in METHODS and not pilot_sessions:
     raise ValueError(f"no sessions left for HVD's pilot: {len(all_sessions)} sessions, N_SESSIONS = {N_SESSIONS}")
 meta = dict(seed=SEED, target=TARGET, draft=DRAFT, smoke=SMOKE)
-study = Study(NB, globals(), mode=RESULTS, publish=PUBLISH, always=dict(SMOKE=SMOKE))
+# the target's one-token pass, timed in this kernel before and after each step: the manifests' calibration
+study = Study(NB, globals(), mode=RESULTS, publish=PUBLISH, always=dict(SMOKE=SMOKE), calibrate=speclib.load(TARGET))
 print(
     f"{len(sessions)} sessions, {sum(map(len, sessions))} turns per rate; rates {RATES} per second; "
     f"methods {METHODS}; results mode {RESULTS!r}: this run {study.where()}"
