@@ -152,3 +152,26 @@ def test_degenerate_table_rebuilds_from_the_committed_runs(tasks):
     assert (o.turns_clean == (~degen.degenerate).sum()).all() and (o.turns_all == len(degen)).all()
     text = verdicts.degeneracy_text(degen, both, *psb.degeneracy_correlations(degen, steps[0], steps[-1]), 0.5)
     assert f"{int(degen.degenerate.sum())} of {len(degen)} reported turns copy or loop" in text
+
+
+def test_prediction_error_rebuilds_and_its_parts_give_the_pooled_ratio():
+    rlat, rruns, committed = load("runtime_latency"), load("runtime_runs"), drop_meta(load("prediction_error"))
+    perr = psb.prediction_error(rlat, rruns, list(committed.runtime))
+    pd.testing.assert_frame_equal(perr, committed, check_dtype=False)
+    e, rt = perr.set_index("runtime"), drop_meta(load("runtime_table")).set_index("runtime")
+    # the same prediction and measurement as the runtime table, signed
+    assert e.predicted.to_numpy() == pytest.approx(rt.predicted[e.index].to_numpy())
+    assert e.error.to_numpy() == pytest.approx((rt.predicted / rt.measured - 1)[e.index].to_numpy())
+    for b in e.index:
+        rb = rruns[rruns.backend == b]
+        ar = rb[rb.method == "AR"]
+        t1 = rlat[(rlat.backend == b) & (rlat.n == 1)].seconds.iloc[0]
+        # outside + in-loop verify (bare price x loop factor) + drafting is every second of AR's runs
+        ar_s = (
+            e.outside_share[b] * ar.seconds.sum() + e.ar_loop[b] * ar.new_tokens.sum() * t1 + ar.draft_s.fillna(0).sum()
+        )
+        assert ar_s == pytest.approx(ar.seconds.sum())
+    text = verdicts.prediction_error_text(perr)
+    assert ("every one of the 7 predictions is high" in text) == bool((e.error > 0).all())
+    low = perr.assign(error=[-0.1] + [0.1] * (len(perr) - 1))
+    assert f"{len(perr) - 1} of {len(perr)} predictions are high, 1 low" in verdicts.prediction_error_text(low)

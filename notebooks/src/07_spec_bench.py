@@ -160,7 +160,7 @@ from speclib.workbook.study import Study
 
 # %%
 if SMOKE:
-    PER_TASK, PILOT_PER_TASK, MAX_NEW_TOKENS, LATENCY_REPEATS, CHI2_TOKENS = 1, 1, 12, 3, 60
+    PER_TASK, PILOT_PER_TASK, MAX_NEW_TOKENS, LATENCY_REPEATS, CHI2_TOKENS = 1, 1, 12, 3, 120
     LOOKUP_GRID, SUFFIX_GRID, HEAD_KS, DRAFT_KS = [[2, 4], [2, 8]], [8], [2], [2]
     SELF_DRAFTS, SELF_KS, EXIT_STEPS, EXIT_TEXT = [["first_n", 4]], [1], 2, "prompts"
     RUNTIMES, RUNTIME_KS, RUNTIME_PER_TASK = ["torch", "llamacpp-gguf"], [2, 4], 1
@@ -662,6 +662,10 @@ display(rtable.round(3))
 savefig(psb.runtimes_figure(rlat, rtable, RUNTIMES), f"{NB}_runtimes")
 plt.show()
 display(Markdown(verdicts.runtimes_text(rtable)))
+perr = psb.prediction_error(rlat, rruns, RUNTIMES)
+results.save(perr.assign(**meta), f"{NB}/prediction_error")
+display(perr.round(3))
+display(Markdown(verdicts.prediction_error_text(perr)))
 
 # %% [markdown]
 # **Two loops over llama.cpp's arithmetic.** Section 5 set speclib's float32 prompt lookup beside

@@ -505,6 +505,33 @@ def chi2_text(chi) -> str:
     )
 
 
+def prediction_error_text(perr) -> str:
+    """Section 8: the T(n) prediction's signed error per runtime and what it leaves out (`psb.prediction_error`)."""
+    e = perr.set_index("runtime")
+    high = e[e.error > 0].index.tolist()
+    sign = (
+        f"every one of the {len(e)} predictions is high"
+        if len(high) == len(e)
+        else f"{len(high)} of {len(e)} predictions are high, {len(e) - len(high)} low"
+    )
+    return (
+        "Predicted against measured (prediction / measurement - 1): "
+        + ", ".join(f"{b} {e.error[b]:+.0%}" for b in e.index)
+        + f": {sign}. What the prediction leaves out, measured in the same runs: AR spends "
+        f"{e.outside_share.min():.0%}–{e.outside_share.max():.0%} of its time outside its verify passes (mostly "
+        "prefill, which both sides pay and which pulls a ratio toward 1); adding it brings the predictions to "
+        + ", ".join(f"{b} {e.with_prefill[b]:.2f}x" for b in e.index)
+        + ". Inside the loop a prompt lookup verify pass costs "
+        + ", ".join(f"{b} {e.lookup_loop[b]:.2f}" for b in e.index)
+        + " times its bare-pass price, AR's one-token step "
+        + ", ".join(f"{b} {e.ar_loop[b]:.2f}" for b in e.index)
+        + f" (bookkeeping, and a wide pass's cache writes); drafting is {e.draft_share.max():.1%} of prompt lookup's "
+        "time at most. Together these give the pooled ratio of the runs ("
+        + ", ".join(f"{b} {e.pooled[b]:.2f}x" for b in e.index)
+        + "); the measured speedup is the median of per-turn ratios, which weighs every turn alike."
+    )
+
+
 def _runtime_rho(rt_t) -> float:
     """Spearman correlation of v(2) with prompt lookup's measured speedup over the runtimes (NaN below 3)."""
     from scipy.stats import spearmanr
@@ -531,9 +558,8 @@ def runtimes_text(rtable) -> str:
             if rho_v <= -0.5
             else " (no clear ordering by v(2)). "
         )
-        + f"The prediction from T(n) alone is within "
-        f"{err.median():.0%} of the measurement at the median (worst: {err.idxmax()}, {err.max():.0%}), the rest being prefill "
-        f"and the loop's own work, which the prediction leaves out. Fastest AR: **{fastest_ar}** at "
+        + f"The prediction from T(n) alone parts from the measurement by {err.median():.0%} at the median (worst: "
+        f"{err.idxmax()}, {err.max():.0%}; signed, and what it leaves out, below). Fastest AR: **{fastest_ar}** at "
         f"{rt_t.ar_tokens_per_s[fastest_ar]:.1f} tokens/s; fastest with prompt lookup: **{fastest_rt}** at "
         f"{rt_t.lookup_tokens_per_s[fastest_rt]:.1f} tokens/s, {rt_t.lookup_over_torch_ar[fastest_rt]:.2f}x torch float32 AR "
         f"(medians of tokens per second, not paired). "

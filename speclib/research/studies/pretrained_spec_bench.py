@@ -880,6 +880,39 @@ def runtime_table(latency: pd.DataFrame, runs: pd.DataFrame, runtimes) -> pd.Dat
     return table
 
 
+def prediction_error(latency: pd.DataFrame, runs: pd.DataFrame, runtimes) -> pd.DataFrame:
+    """Per runtime, where the T(n) prediction of prompt lookup's speedup parts from the measurement, from the
+    runs' own timings: `error` = predicted / measured - 1; `with_prefill`, the prediction once both sides'
+    time outside their verify passes (prefill, bookkeeping: what the prediction leaves out) is added as
+    measured; `ar_loop`, `lookup_loop`, each loop's verify seconds over the bare-pass seconds T(n) prices
+    them at (a wide pass costing more in the loop than bare lowers the speedup); `draft_share`, prompt
+    lookup's drafting over its seconds; `pooled`, the measured ratio of summed seconds, which the three
+    parts reproduce exactly (the measured speedup is a median of per-turn ratios instead)."""
+    rows = []
+    for b in runtimes:
+        t1, rb = latency[(latency.backend == b) & (latency.n == 1)].seconds.iloc[0], runs[runs.backend == b]
+        ar, pl = rb[rb.method == "AR"], rb[rb.method == "prompt lookup"]
+        ar_bare, pl_bare = ar.new_tokens.sum() * t1, pl.predicted_verify_s.sum()
+        outside_ar = (ar.seconds - ar.verify_s - ar.draft_s.fillna(0)).sum()
+        outside_pl = (pl.seconds - pl.verify_s - pl.draft_s.fillna(0)).sum()
+        predicted, measured = ar_bare / pl_bare, bench.speedup(rb, "prompt lookup")["speedup"]
+        rows.append(
+            dict(
+                runtime=b,
+                predicted=predicted,
+                measured=measured,
+                error=predicted / measured - 1,
+                with_prefill=(outside_ar + ar_bare) / (outside_pl + pl_bare),
+                ar_loop=ar.verify_s.sum() / ar_bare,
+                lookup_loop=pl.verify_s.sum() / pl_bare,
+                draft_share=pl.draft_s.sum() / pl.seconds.sum(),
+                outside_share=outside_ar / ar.seconds.sum(),
+                pooled=ar.seconds.sum() / pl.seconds.sum() * pl.new_tokens.sum() / ar.new_tokens.sum(),
+            )
+        )
+    return pd.DataFrame(rows)
+
+
 def llamacpp_loops(runs: pd.DataFrame) -> pd.DataFrame:
     """On the llamacpp-gguf runtime: speclib's and llama.cpp's prompt lookup loops, each over the runtime's
     AR (paired), their median tokens per second and how many outputs equal AR's; empty without llama.cpp's
