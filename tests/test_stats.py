@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from scipy.stats import chi2_contingency
 
+from speclib.research import stats
 from speclib.research.stats import (
     Chi2Result,
     bootstrap_ci,
@@ -284,3 +285,34 @@ def test_paired_difference_ci():
     assert holds >= 180  # 0.90: the percentile bootstrap runs a little narrow at 30 units
     with pytest.raises(ValueError, match="same units"):
         paired_difference_ci(same, dict(num=[1, 2], den=[2, 2]))
+
+
+def test_median_ci_takes_order_statistics_and_gives_none_below_six():
+    assert stats.median_ci([3, 1, 2, 6, 5, 4]) == (3.5, 1.0, 6.0)  # n = 6: the range, coverage 1 - 2/64
+    assert stats.median_ci_coverage(6) == pytest.approx(1 - 2 / 64)
+    est, lo, hi = stats.median_ci(np.arange(12.0))
+    assert (est, lo, hi) == (5.5, 2.0, 9.0)  # x(3), x(10): 0.961; x(4), x(9) would be 0.854
+    assert stats.median_ci_coverage(12) == pytest.approx(0.9614, abs=1e-4)
+    est, lo, hi = stats.median_ci([1.0, 2.0, 3.0, 4.0, 5.0])
+    assert est == 3.0 and np.isnan(lo) and np.isnan(hi) and np.isnan(stats.median_ci_coverage(5))
+    assert np.isfinite(stats.median_ci(range(6), level=0.9)[1])
+    with pytest.raises(ValueError, match="level"):
+        stats.median_ci(range(10), level=1.0)
+
+
+@pytest.mark.parametrize("n", [6, 12, 42])
+def test_median_ci_holds_its_coverage_where_the_percentile_bootstrap_falls_short(n):
+    """Simulated per-prompt speed ratios around a true median of 1.3, skewed (lognormal) and heavy-tailed
+    (t with 3 degrees of freedom on the log scale): the order-statistic interval covers the median at its exact
+    coverage (>= 0.95) within Monte Carlo error; the percentile bootstrap of the median, at the same nominal
+    0.95, covers less (measured: 0.92-0.94 at n = 6 and 12). 1,500 samples each: standard error 0.006."""
+    rng, reps, true = np.random.default_rng(n), 1500, 1.3
+    idx = rng.integers(0, n, (500, n))
+    for z in [rng.normal(0, 0.25, (reps, n)), 0.15 * rng.standard_t(3, (reps, n))]:
+        x = true * np.exp(z)
+        order = np.mean([lo <= true <= hi for _, lo, hi in map(stats.median_ci, x)])
+        bounds = (np.quantile(np.median(v[idx], axis=1), [0.025, 0.975]) for v in x)
+        boot = np.mean([lo <= true <= hi for lo, hi in bounds])
+        se = np.sqrt(0.05 * 0.95 / reps)
+        assert abs(order - stats.median_ci_coverage(n)) < 4 * se and order > 0.95 - 3 * se
+        assert boot < order and (n > 12 or boot < 0.95 - 2 * se)
