@@ -175,3 +175,17 @@ def test_prediction_error_rebuilds_and_its_parts_give_the_pooled_ratio():
     assert ("every one of the 7 predictions is high" in text) == bool((e.error > 0).all())
     low = perr.assign(error=[-0.1] + [0.1] * (len(perr) - 1))
     assert f"{len(perr) - 1} of {len(perr)} predictions are high, 1 low" in verdicts.prediction_error_text(low)
+
+
+def test_best_held_out_rebuilds_from_the_committed_runs(tasks):
+    steps = [
+        load(n) for n in ["runs", "head_runs", "draft_runs", "self_runs", "recycling_runs", "rest_runs", "es_runs"]
+    ]
+    best = psb.best_held_out(steps, tasks, verdicts.SINGLE_SOURCES)
+    pd.testing.assert_frame_equal(best, drop_meta(load("best_held_out")), check_dtype=False)
+    b, table = best.set_index("task"), load("task_table").set_index(["task", "method"])
+    for task in b.index:  # the in-sample pick is the task table's best single source
+        t = table.loc[task].loc[[m for m in verdicts.SINGLE_SOURCES if m in table.loc[task].index]]
+        assert b.in_sample[task] == t.speedup.idxmax() and b.in_sample_speedup[task] == pytest.approx(t.speedup.max())
+    assert (b.held_out <= b.in_sample_speedup + 1e-12).all()  # here no task's held-out pick beats its in-sample one
+    assert b.coverage.min() >= 0.95

@@ -523,6 +523,19 @@ rho_copy, rho_repeat = psb.degeneracy_correlations(degen, runs, es_runs)
 display(Markdown(verdicts.degeneracy_text(degen, both, rho_copy, rho_repeat, psb.DEGENERATE)))
 
 # %% [markdown]
+# **Which source is best, asked honestly.** With six turns a task, the source that looks best on them is
+# partly the one whose noise was kindest. The pick's interval is the order-statistic one, which holds its
+# coverage at six values for a source fixed in advance (`stats.median_ci`, docs/statistics.md); and each
+# turn's pick is made again on the task's *other* turns (`bench.held_out_choice`) and measured on the turn
+# it never saw, which shows how much of the pick's margin was luck.
+
+# %%
+best = psb.best_held_out(step_runs, tasks, verdicts.SINGLE_SOURCES)
+results.save(best.assign(**meta), f"{NB}/best_held_out")
+display(best.drop(columns="coverage").round(3))
+display(Markdown(verdicts.best_held_out_text(best)))
+
+# %% [markdown]
 # **Lossless, checked.** Every speclib method's greedy output must equal speclib AR's on every turn;
 # transformers runs the same float32 weights through its own forward and should agree too (a
 # difference would be a numerical tie broken differently, not an error of the method). llama.cpp runs

@@ -250,6 +250,22 @@ def speedup(runs: pd.DataFrame, method: str, reference: str = "AR", seed: int = 
     )
 
 
+def held_out_choice(per_prompt: pd.DataFrame) -> pd.DataFrame:
+    """The best method chosen without the winner's curse, by leaving one prompt out. `per_prompt` is
+    [prompt x method] speed ratios, each over its own reference. For every prompt the method with the highest
+    median ratio on the *other* prompts is chosen, and its ratio on the left-out prompt kept: rows prompt,
+    chosen, ratio. Their median says what picking the best of these methods on such data delivers on a
+    prompt the pick never saw; the best method's median on all prompts, picked on those same prompts, is
+    biased upward (docs/statistics.md: the winner's curse). It takes most of that bias away, not all (a
+    median of mostly one method's ratios still leans toward the prompts that made it win), and gives no
+    interval of its own: the picks share prompts (tests/test_bench.py measures both)."""
+    rows = []
+    for p in per_prompt.index:
+        chosen = per_prompt.drop(index=p).median().idxmax()
+        rows.append(dict(prompt=p, chosen=chosen, ratio=float(per_prompt.at[p, chosen])))
+    return pd.DataFrame(rows)
+
+
 def loop_costs(runs: pd.DataFrame, method: str, reference: str = "AR") -> dict:
     """c and v measured inside the decoding runs themselves: per prompt, the method's median
     drafting seconds per drafted token and median verify step over the reference's median step

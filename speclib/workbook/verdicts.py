@@ -626,6 +626,37 @@ CACHE_METHODS = ("prompt lookup", "suffix", "HVD (every source)")
 
 
 TRAINING_FREE = ("prompt lookup", "suffix", "token recycling", "REST", "lookahead", "HVD (every source)")
+# the single sources among them (HVD chooses among these), as the report's per-task rows pick from
+SINGLE_SOURCES = ("prompt lookup", "suffix", "token recycling", "token recycling (cold)", "REST", "lookahead")
+
+
+def best_held_out_text(best) -> str:
+    """Section 4: the best training-free single source per task, picked on the reported turns, its interval,
+    and what the pick makes when it is made on the task's other turns (`psb.best_held_out`)."""
+    b = best.set_index("task")
+    tasks = [t for t in b.index if t != "overall"]
+    beats = [t for t in tasks if b.lo[t] > 1]
+    return (
+        "**Picking the best source, and the winner's curse.** The best of the single sources on a task's reported "
+        "turns is partly the one whose noise was kindest there. Per task: the pick on its own turns, its "
+        f"order-statistic interval ({b.coverage.min():.1%}–{b.coverage.max():.1%} for a source fixed in advance, "
+        "a few points less for a pick among several), and in bold what the pick makes when each turn's pick is made on "
+        "the task's other turns and measured on the one left out: "
+        + "; ".join(
+            f"{t} {b.in_sample[t]} {b.in_sample_speedup[t]:.2f}x ({ci(b.lo[t], b.hi[t])}), "
+            f"**{b.held_out[t]:.2f}x** picked on the others ({b.picks[t]})"
+            for t in tasks
+        )
+        + f". The pick's whole interval is above 1 in {len(beats)} of {len(tasks)} tasks"
+        + (f" ({', '.join(beats)})" if beats else "")
+        + (
+            f"; overall the single best source is {b.in_sample['overall']} at {b.in_sample_speedup['overall']:.2f}x "
+            f"({ci(b.lo['overall'], b.hi['overall'])}), {b.held_out['overall']:.2f}x picked turn by turn on the "
+            f"other {int(b.turns['overall']) - 1}."
+            if "overall" in b.index
+            else "."
+        )
+    )
 
 
 def degeneracy_text(degen, both, rho_copy: float, rho_repeat: float, threshold: float) -> str:

@@ -24,7 +24,7 @@ from speclib.drafters import rest
 from speclib.drafters.cache import PromptLookupDrafter, SuffixDrafter
 from speclib.drafters.hybrid import Costs
 from speclib.drafters.lookahead import Lookahead
-from speclib.research import bench, hvd, learning_curve, peers, spec_bench
+from speclib.research import bench, hvd, learning_curve, peers, spec_bench, stats
 
 GREEDY = Sampling(0.0)
 
@@ -656,6 +656,44 @@ def degenerate_table(step_runs: list, tasks: dict, degen: pd.DataFrame) -> pd.Da
 def turn_gains(runs: pd.DataFrame, method: str) -> pd.Series:
     """Per turn (prompt index), `method`'s speed over its step's AR (median over rounds)."""
     return bench.ratios(runs, method, "AR").median(axis=1)
+
+
+def best_held_out(step_runs: list, tasks: dict, methods) -> pd.DataFrame:
+    """Per task and overall, the best of `methods` (each against its own step's AR, from the first of
+    `step_runs` that ran it, as in the task table), picked on the reported turns: `in_sample`, its median
+    ratio `in_sample_speedup` (biased upward by the pick: the winner's curse) and the order-statistic interval
+    of its per-turn ratios (`lo`, `hi`; `stats.median_ci`, exact `coverage` for a method fixed in advance,
+    less for a pick: tests/test_bench.py simulates it). `held_out`: each turn's pick made on the task's other
+    turns and measured on the left-out one (`bench.held_out_choice`), the median of those ratios, which takes
+    most of the pick's bias away; `picks`, how often each method was picked that way."""
+    gains: dict[str, pd.Series] = {}
+    for runs in step_runs:
+        for m in runs.method.unique():
+            if m in methods and m not in gains:
+                gains[m] = turn_gains(runs, m)
+    every = pd.DataFrame(gains)
+    rows = []
+    for task in [t for t in spec_bench.TASKS if t in set(tasks.values())] + ["overall"]:
+        sub = (every if task == "overall" else every[every.index.map(tasks) == task]).dropna(axis=1)
+        if len(sub) < 2:
+            continue
+        med, held = sub.median(), bench.held_out_choice(sub)
+        _, lo, hi = stats.median_ci(sub[med.idxmax()])
+        picks = held.chosen.value_counts()
+        rows.append(
+            dict(
+                task=task,
+                in_sample=med.idxmax(),
+                in_sample_speedup=float(med.max()),
+                lo=lo,
+                hi=hi,
+                coverage=stats.median_ci_coverage(len(sub)),
+                held_out=float(held.ratio.median()),
+                turns=len(held),
+                picks="; ".join(f"{m} {c}" for m, c in picks.items()),
+            )
+        )
+    return pd.DataFrame(rows)
 
 
 def degeneracy_correlations(degen: pd.DataFrame, runs: pd.DataFrame, es_runs: pd.DataFrame) -> tuple[float, float]:
