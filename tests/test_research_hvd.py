@@ -118,9 +118,11 @@ def test_every_source_runs_per_group_and_as_one_block(target):
         group_column=None,
         warmup=True,
         wrap=wrap,
+        per_turn=True,
         **common,
     )
+    assert list(one["runs"].method.unique())[-1] == hvd.PER_TURN and one["runs"].same_as_reference.all()
     assert "workload" not in one["runs"] and "workload" not in one["logs"] and "workload" not in one["lookahead"]
     assert len(one["choice"]) == 0 or (one["choice"].prompt >= 0).all()  # the warm-up is not recorded
-    assert all(i >= 0 for _, i in seen) and len(seen) == 4 * len(groups["a"][1])
+    assert all(i >= 0 for _, i in seen) and len(seen) == 5 * len(groups["a"][1])
     assert "model" not in set(one["choice"].get("source", pd.Series(dtype=str)))  # the alternative is named

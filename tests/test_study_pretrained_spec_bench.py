@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from speclib.core.device import REPO
-from speclib.research import spec_bench
+from speclib.research import bench, spec_bench
 from speclib.research.studies import pretrained_spec_bench as psb
 from speclib.workbook import verdicts
 
@@ -189,3 +189,33 @@ def test_best_held_out_rebuilds_from_the_committed_runs(tasks):
         assert b.in_sample[task] == t.speedup.idxmax() and b.in_sample_speedup[task] == pytest.approx(t.speedup.max())
     assert (b.held_out <= b.in_sample_speedup + 1e-12).all()  # here no task's held-out pick beats its in-sample one
     assert b.coverage.min() >= 0.95
+
+
+def test_every_source_over_rebuilds_from_the_committed_runs():
+    over = psb.every_source_over(load("es_runs"), seed=0).reset_index()
+    pd.testing.assert_frame_equal(over, drop_meta(load("every_source_over")), check_dtype=False)
+    hvd_rows = over[over.method == "HVD (every source)"].set_index("reference")
+    speed = bench.speedup_table(load("es_runs")).set_index("method")
+    best = speed.loc[["prompt lookup", "suffix", "lookahead"]].speedup.idxmax()
+    text = verdicts.every_source_text(
+        load("es_lookahead"), speed, over.set_index("reference"), load("es_choice"), best, len(load("es_logs"))
+    )
+    assert f"**{hvd_rows.speedup[best]:.2f}x** the best single source of this step, {best}" in text
+    assert "afresh" not in text  # the committed run has no per-turn HVD, so the text says nothing of it
+
+
+def test_a_per_turn_hvd_separates_memory_from_the_choice_of_source():
+    runs = load("es_runs")
+    hvd_rows = runs[runs.method == "HVD (every source)"]
+    # a per-turn HVD 10% slower on every turn: HVD's memory is worth 1.10x, the choice alone the rest
+    slower = hvd_rows.assign(method="HVD (every source, per turn)", tokens_per_s=hvd_rows.tokens_per_s / 1.1)
+    runs = pd.concat([runs, slower], ignore_index=True)
+    over = psb.every_source_over(runs, seed=0)
+    memory = over[over.method == "HVD (every source)"].loc["HVD (every source, per turn)"]
+    assert memory.speedup == pytest.approx(1.1) and memory.lo == pytest.approx(1.1)
+    alone = over[over.method == "HVD (every source, per turn)"].loc["prompt lookup"]
+    with_memory = over[over.method == "HVD (every source)"].loc["prompt lookup"]
+    assert alone.speedup == pytest.approx(with_memory.speedup / 1.1)
+    speed = bench.speedup_table(runs).set_index("method")
+    text = verdicts._per_turn_memory(speed, over, "prompt lookup")
+    assert "its memory across turns is worth 1.10x" in text and f"{alone.speedup:.2f}x prompt lookup" in text

@@ -152,7 +152,7 @@ import speclib
 from speclib.core.device import REPO
 from speclib.lms import pretrained
 from speclib.lms.loading import describe
-from speclib.research import bench, learning_curve, spec_bench
+from speclib.research import bench, hvd, learning_curve, spec_bench
 from speclib.research.studies import pretrained_spec_bench as psb
 from speclib.workbook import results, verdicts
 from speclib.workbook.plotting import savefig, style
@@ -458,9 +458,10 @@ esaved = study.step(
 )  # fmt: skip
 es_runs, es_choice, es_la = esaved["es_runs"], esaved["es_choice"], esaved["es_lookahead"]
 new_rows = spec_bench.task_table(es_runs, tasks)
-table = pd.concat([table, new_rows[new_rows.method.isin(["lookahead", "HVD (every source)"])]], ignore_index=True)
+es_new = ["lookahead", "HVD (every source)", hvd.PER_TURN]
+table = pd.concat([table, new_rows[new_rows.method.isin(es_new)]], ignore_index=True)
 es_out = esaved["es_outputs"]
-outputs = pd.concat([outputs, es_out[es_out.method.isin(["lookahead", "HVD (every source)"])]], ignore_index=True)
+outputs = pd.concat([outputs, es_out[es_out.method.isin(es_new)]], ignore_index=True)
 display(es_la.drop(columns=list(meta)).round(3))
 
 # %% [markdown]
@@ -471,12 +472,7 @@ display(es_la.drop(columns=list(meta)).round(3))
 # %%
 es_speed = bench.speedup_table(es_runs, seed=SEED).set_index("method")
 best_single = es_speed.loc[["prompt lookup", "suffix", "lookahead"]].speedup.idxmax()
-es_over = pd.DataFrame(
-    [
-        dict(reference=m, **bench.speedup(es_runs, "HVD (every source)", reference=m, seed=SEED))
-        for m in ["prompt lookup", "suffix", "lookahead"]
-    ]
-).set_index("reference")
+es_over = psb.every_source_over(es_runs, SEED)
 results.save(es_over.reset_index().assign(**meta), f"{NB}/every_source_over")
 display(es_speed[["speedup", "lo", "hi", "total_ratio", "tokens_per_call", "identical", "runs"]].round(3))
 display(Markdown(verdicts.every_source_text(es_la, es_speed, es_over, es_choice, best_single, len(esaved["es_logs"]))))

@@ -162,6 +162,14 @@ class Pilot:
         return chosen_lookahead(self.lookahead)
 
 
+PER_TURN = "HVD (every source, per turn)"
+
+
+def _fresh_hybrid(make_caches, model, predictor, costs, model_prior) -> HybridDrafter:
+    """A new HVD over new caches (`every_source_runs`' per-turn variant, made for each prompt)."""
+    return HybridDrafter(make_caches(), model and model(), "hvd", predictor, costs, model_prior=model_prior)
+
+
 def every_source_runs(
     target,
     prompts: Mapping[str, tuple[Sequence[list[int]], Sequence[list[int]]]],
@@ -184,6 +192,7 @@ def every_source_runs(
     warmup: bool = False,
     wrap: Callable[[str, Callable], Callable] | None = None,
     progress=None,
+    per_turn: bool = False,
 ) -> dict[str, pd.DataFrame]:
     """HVD over every source, paired with AR and the methods it is compared with, per group of prompts.
 
@@ -197,6 +206,9 @@ def every_source_runs(
     methods in their order, then "HVD (every source)", which records what it verified at every step
     (`RecordSteps`, `alternative` naming a non-cache step). `warmup`: first run every method once, untimed, on
     the group's first pilot prompt (prompt index -1, not recorded). `wrap(name, run)` wraps each timed method.
+    `per_turn`: also run PER_TURN, the same HVD built afresh for every prompt (its suffix tree new, Token
+    Recycling from the pilot's matrix), which keeps no memory across the reported prompts, as a single source
+    made per prompt keeps none: HVD's gain over a single source then measures its choice of source alone.
 
     Returns "runs" (paired_runs' rows), "lookahead" (choose_lookahead's rows), "logs" (the predictor's
     fitting rows) and "choice" (HVD's verified steps), each with a `group_column` holding the group unless
@@ -236,6 +248,9 @@ def every_source_runs(
         methods["HVD (every source)"] = RecordSteps(
             bench.Method(target, max_new_tokens, hvd), hvd, predictor, rows, alternative, tags=tagged(group)
         )
+        if per_turn:
+            fresh = partial(_fresh_hybrid, partial(caches, group, first), model, predictor, costs, model_prior)
+            methods[PER_TURN] = bench.Method(target, max_new_tokens, fresh)
         if warmup:  # untimed, on a pilot prompt: what a drafter learns must not come from a reported one
             for run in methods.values():
                 run(pilot[0], -1)

@@ -1135,12 +1135,25 @@ class SingleSources:
         }
 
 
+def every_source_over(es_runs: pd.DataFrame, seed: int) -> pd.DataFrame:
+    """HVD over every source paired per turn with each single source of its step and, where the step ran it,
+    with its per-turn self (`hvd.PER_TURN`); and the per-turn HVD against the same single sources (`method`
+    names the numerator)."""
+    singles = ["prompt lookup", "suffix", "lookahead"]
+    pairs = [("HVD (every source)", m) for m in singles]
+    if hvd.PER_TURN in set(es_runs.method):
+        pairs += [("HVD (every source)", hvd.PER_TURN)] + [(hvd.PER_TURN, m) for m in singles]
+    rows = [dict(reference=ref, method=m, **bench.speedup(es_runs, m, reference=ref, seed=seed)) for m, ref in pairs]
+    return pd.DataFrame(rows).set_index("reference")
+
+
 def every_source_step(
     setup: Setup, passes: pd.Series, rest_store, lookup, suffix: int, rest_nodes: int, recycling_nodes: int,
     recycling_top_k: int, recycling_warm_nodes: int, lookahead_grid, seed: int,
 ) -> dict[str, pd.DataFrame]:  # fmt: skip
     """HVD over prompt lookup, the suffix tree, Token Recycling and REST (a plain step otherwise) on the
-    reported turns, paired with AR, prompt lookup, the suffix tree and Lookahead; Lookahead's window and
+    reported turns, paired with AR, prompt lookup, the suffix tree, Lookahead and the same HVD made afresh for
+    every turn (`hvd.PER_TURN`: no memory across turns, as the single sources); Lookahead's window and
     Token Recycling's warm-up chosen on the pilot turns, the payoff predictor fitted there. `passes`: the
     measured pass cost T(n) (seconds by width), interpolated between the widths measured; `rest_store()`:
     REST's datastore and its build time."""
@@ -1157,7 +1170,7 @@ def every_source_step(
         ["prompt lookup", "suffix", "token recycling", "REST"], costs, t_of=t_of, lookahead_grid=lookahead_grid,
         max_new_tokens=setup.max_new_tokens, recycling_nodes=recycling_warm_nodes, recycling_top_k=recycling_top_k,
         alternative="plain step", seed=seed, group_column=None, warmup=True,
-        wrap=lambda name, run: Recorded(name, run, outputs),
+        wrap=lambda name, run: Recorded(name, run, outputs), per_turn=True,
     )  # fmt: skip
     toks = pd.DataFrame([dict(prompt=i, method=m, tokens=list(map(int, t))) for (i, m), t in outputs.items()])
     tables = {"es_lookahead": es["lookahead"], "es_logs": es["logs"], "es_runs": es["runs"], "es_outputs": toks}
