@@ -219,3 +219,29 @@ def test_a_per_turn_hvd_separates_memory_from_the_choice_of_source():
     speed = bench.speedup_table(runs).set_index("method")
     text = verdicts._per_turn_memory(speed, over, "prompt lookup")
     assert "its memory across turns is worth 1.10x" in text and f"{alone.speedup:.2f}x prompt lookup" in text
+
+
+def test_hvd_takes_section_4s_draft_with_its_k_and_measured_cost():
+    druns = load("draft_runs")
+    alt = psb.draft_alternative("smollm2-draft", druns, 8192)
+    fr = druns[druns.method == "draft model + FR-Spec"]
+    assert (alt.k, alt.fr_vocab) == (int(fr.chosen_k.iloc[0]), 8192)
+    assert alt.token_s == pytest.approx(fr.draft_token_s.median())
+    whole = psb.draft_alternative("smollm2-draft", druns, None)
+    assert whole.fr_vocab is None and whole.token_s == pytest.approx(
+        druns[druns.method == "draft model"].draft_token_s.median()
+    )
+    assert psb.draft_alternative(None, druns, 8192) is None
+    d, e = alt(), alt()  # a new drafter per call over one loaded draft
+    assert d.k == e.k == alt.k and d is not e and d.lm is e.lm
+
+
+def test_texts_say_when_there_is_no_interval_or_no_over_promise():
+    best = drop_meta(load("best_held_out"))
+    assert "none here" in verdicts.best_held_out_text(best.assign(coverage=math.nan))
+    speed = bench.speedup_table(load("es_runs")).set_index("method")
+    over, choice = load("every_source_over").set_index("reference"), load("es_choice")
+    args = (load("es_lookahead"), speed, over)
+    assert "over-promised most" in verdicts.every_source_text(*args, choice, "prompt lookup", 10)
+    under = choice.assign(predicted=choice.accepted - 0.5)  # every payoff promised below what was accepted
+    assert "promised no source more than it delivered" in verdicts.every_source_text(*args, under, "prompt lookup", 10)

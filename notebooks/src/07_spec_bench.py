@@ -97,6 +97,7 @@ RECYCLING_TOP_K = 8  # candidates kept per token in Token Recycling's matrix
 REST_SOURCE = "chat"  # REST's datastore: the model's own answers to instructions outside Spec-Bench ("chat"), the
 REST_ANSWERS = 320  # instructions alone ("prompts") or Python source ("stdlib"); how many instructions
 REST_NODES = [4, 8, 16]  # REST tree sizes tried on the pilot turns
+ES_DRAFT = False  # True: section 4's draft model (its k, FR-Spec where set) is HVD's alternative to a cache candidate
 LOOKAHEAD_GRID = [
     [1, 2, 1],
     [1, 3, 1],
@@ -166,7 +167,7 @@ if SMOKE:
     RUNTIMES, RUNTIME_KS, RUNTIME_PER_TASK = ["torch", "llamacpp-gguf"], [2, 4], 1
     RECYCLING_NODES = [1, 3]
     REST_SOURCE, REST_ANSWERS, REST_NODES = "prompts", 100, [4]
-    LOOKAHEAD_GRID = [[1, 3, 1]]
+    LOOKAHEAD_GRID, ES_DRAFT = [[1, 3, 1]], True
     LONG_MAX_NEW_TOKENS, LONG_TASKS = 24, ["qa"]
     CURVE_HEADS = ["data/checkpoints/smollm2-135m-instruct-head", "data/checkpoints/smollm2-135m-instruct-corpus-head"]
     CURVE_DRAFTS, CURVE_PER_TASK, CURVE_MAX_NEW_TOKENS = ["data/checkpoints/smollm2-draft"], 1, 12
@@ -437,8 +438,9 @@ display(Markdown(verdicts.rest_text(ssaved, tasks)))
 #
 # **HVD over every source** then chooses, at every step, among prompt lookup (the chosen n, k), the suffix
 # tree, Token Recycling (the size and rank template chosen above, its matrix warmed on the pilot turns)
-# and REST (the chosen tree size over the same datastore), or a plain one-token step: SmolLM2 has no
-# model drafter here, so a candidate must beat T(1) per token to be verified. Its payoff predictor is
+# and REST (the chosen tree size over the same datastore), or, where no candidate pays, a plain one-token
+# step; with `ES_DRAFT` the draft model of section 4 (its chosen k, FR-Spec where set) takes the plain
+# step's place, priced at its measured seconds per drafted token. Its payoff predictor is
 # fitted on the pilot turns, each source verified in front once, and its costs are section 1's T(n).
 # Both run paired with AR on the reported turns, beside prompt lookup and the suffix tree, so that HVD
 # is compared with single sources measured in the same run.
@@ -449,12 +451,14 @@ every_source = partial(
     psb.every_source_step, setup, passes, rest_store, best_lookup, best_suffix,
     int(ssaved["rest_store"].nodes.iloc[0]), int(rchoice[rchoice.chosen].nodes.iloc[0]),
     RECYCLING_TOP_K, max(RECYCLING_NODES), LOOKAHEAD_GRID, SEED,
+    model=psb.draft_alternative(DRAFT_MODEL, druns, FR_VOCAB) if ES_DRAFT and DRAFT_MODEL else None,
 )  # fmt: skip
 esaved = study.step(
     "every_source",
     every_source,
     uses=QUESTION_SET + "LOOKUP_GRID SUFFIX_GRID RECYCLING_NODES RECYCLING_TOP_K REST_SOURCE REST_ANSWERS".split()
-    + ["REST_NODES", "LOOKAHEAD_GRID", "LATENCY_REPEATS", "THREADS"],
+    + ["REST_NODES", "LOOKAHEAD_GRID", "LATENCY_REPEATS", "THREADS"]
+    + ["ES_DRAFT", "DRAFT_MODEL", "DRAFT_KS", "FR_VOCAB"] * bool(ES_DRAFT and DRAFT_MODEL),
 )  # fmt: skip
 es_runs, es_choice, es_la = esaved["es_runs"], esaved["es_choice"], esaved["es_lookahead"]
 new_rows = spec_bench.task_table(es_runs, tasks)
@@ -707,7 +711,7 @@ ceiling_sources = [
     (runs, ["prompt lookup", "suffix"]),
     (rsaved["recycling_runs"], None),
     (ssaved["rest_runs"], None),
-    (es_runs, ["lookahead", "HVD (every source)"]),
+    (es_runs, es_new),
 ]
 if HEAD:
     ceiling_sources.append((hruns, None))

@@ -639,8 +639,13 @@ def best_held_out_text(best) -> str:
     return (
         "**Picking the best source, and the winner's curse.** The best of the single sources on a task's reported "
         "turns is partly the one whose noise was kindest there. Per task: the pick on its own turns, its "
-        f"order-statistic interval ({b.coverage.min():.1%}–{b.coverage.max():.1%} for a source fixed in advance, "
-        "a few points less for a pick among several), and in bold what the pick makes when each turn's pick is made on "
+        + (
+            f"order-statistic interval ({b.coverage.min():.1%}–{b.coverage.max():.1%} for a source fixed in advance, "
+            "a few points less for a pick among several)"
+            if b.coverage.notna().any()
+            else "order-statistic interval (none here: fewer than 6 turns reach 95%)"
+        )
+        + ", and in bold what the pick makes when each turn's pick is made on "
         "the task's other turns and measured on the one left out: "
         + "; ".join(
             f"{t} {b.in_sample[t]} {b.in_sample_speedup[t]:.2f}x ({ci(b.lo[t], b.hi[t])}), "
@@ -1043,6 +1048,9 @@ def every_source_text(es_la, es_speed, es_over, es_choice, best_single: str, n_l
             f"{overpromise.idxmax()} ({overpromise.max():+.2f} tokens per verified step, {share.get(overpromise.idxmax(), 0):.0%} of "
             "the steps): those steps were chosen on payoffs they did not deliver, so at some of them a plain step or another "
             "source would have been the better choice."
+            if len(overpromise) and overpromise.max() > 0
+            else f" The predictor was fitted on {n_logs:,} logged candidates and promised no source more than it "
+            "delivered on average."
             if len(overpromise)
             else " It verified no cache candidate: every step was a plain one."
         )

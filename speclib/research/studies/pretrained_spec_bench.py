@@ -511,8 +511,8 @@ SPECLIB_TRAINED = ("feature head", "feature head + FR-Spec", "draft model", "dra
 
 def speclib_methods(columns) -> list[str]:
     """The speclib methods whose greedy output must equal AR's, of those in `columns` (HVD and the cache
-    drafters always; the trained drafts where they ran)."""
-    return [*SPECLIB_LOSSLESS, "HVD (every source)"] + [m for m in SPECLIB_TRAINED if m in columns]
+    drafters always; the trained drafts and the per-turn HVD where they ran)."""
+    return [*SPECLIB_LOSSLESS, "HVD (every source)"] + [m for m in (*SPECLIB_TRAINED, hvd.PER_TURN) if m in columns]
 
 
 # ---- section 5 and 6: implementations and the leaderboard's profile
@@ -1147,30 +1147,72 @@ def every_source_over(es_runs: pd.DataFrame, seed: int) -> pd.DataFrame:
     return pd.DataFrame(rows).set_index("reference")
 
 
+@dataclass
+class DraftAlternative:
+    """HVD's model alternative on the real model: the distilled draft `name` (FR-Spec over its `fr_vocab` most
+    frequent tokens, or the whole vocabulary with None) drafting chains of `k`, a new `ModelDrafter` per call
+    over one loaded draft; `token_s`, its measured seconds per drafted token (what HVD's costs charge)."""
+
+    name: str
+    k: int
+    fr_vocab: int | None
+    token_s: float
+    _lm: object = field(default=None, repr=False)
+
+    def __call__(self):
+        from speclib.drafters import ModelDrafter, frequent_tokens
+        from speclib.lms.head import token_counts
+        from speclib.lms.loading import load
+
+        if self._lm is None:
+            lm = load(self.name, device="cpu")
+            if self.fr_vocab:
+                lm = lm.view().restrict_vocab(
+                    frequent_tokens(token_counts(REPO / "data" / "checkpoints" / self.name), self.fr_vocab)
+                )
+            self._lm = lm
+        return ModelDrafter(self._lm, self.k)
+
+
+def draft_alternative(name: str | None, druns: pd.DataFrame | None, fr_vocab) -> DraftAlternative | None:
+    """Section 4's draft as HVD's model alternative: its k and per-token cost from the draft model's reported
+    runs (with FR-Spec where it ran), None without a draft."""
+    if not name or druns is None:
+        return None
+    method = "draft model + FR-Spec" if fr_vocab and "draft model + FR-Spec" in set(druns.method) else "draft model"
+    rows = druns[druns.method == method]
+    return DraftAlternative(
+        name, int(rows.chosen_k.iloc[0]), fr_vocab if "FR" in method else None, float(rows.draft_token_s.median())
+    )
+
+
 def every_source_step(
     setup: Setup, passes: pd.Series, rest_store, lookup, suffix: int, rest_nodes: int, recycling_nodes: int,
-    recycling_top_k: int, recycling_warm_nodes: int, lookahead_grid, seed: int,
+    recycling_top_k: int, recycling_warm_nodes: int, lookahead_grid, seed: int, model: DraftAlternative | None = None,
 ) -> dict[str, pd.DataFrame]:  # fmt: skip
     """HVD over prompt lookup, the suffix tree, Token Recycling and REST (a plain step otherwise) on the
     reported turns, paired with AR, prompt lookup, the suffix tree, Lookahead and the same HVD made afresh for
     every turn (`hvd.PER_TURN`: no memory across turns, as the single sources); Lookahead's window and
     Token Recycling's warm-up chosen on the pilot turns, the payoff predictor fitted there. `passes`: the
     measured pass cost T(n) (seconds by width), interpolated between the widths measured; `rest_store()`:
-    REST's datastore and its build time."""
+    REST's datastore and its build time. `model`: a draft as HVD's alternative to a cache candidate (None: a
+    plain step), priced at its measured seconds per drafted token."""
     store, _ = rest_store()
 
     def t_of(n):
         return float(np.interp(n, passes.index, passes))
 
-    costs = Costs({n: t_of(n) for n in range(1, int(passes.index.max()) + 1)}, model_token_s=0.0)
+    costs = Costs(
+        {n: t_of(n) for n in range(1, int(passes.index.max()) + 1)}, model_token_s=model.token_s if model else 0.0
+    )
     outputs: dict = {}
     es = hvd.every_source_runs(
         setup.target, {"turns": (setup.pilot_ids(), setup.reported_ids())},
         EverySourceCaches(lookup, suffix, store, rest_nodes, recycling_nodes), SingleSources(lookup, suffix),
         ["prompt lookup", "suffix", "token recycling", "REST"], costs, t_of=t_of, lookahead_grid=lookahead_grid,
         max_new_tokens=setup.max_new_tokens, recycling_nodes=recycling_warm_nodes, recycling_top_k=recycling_top_k,
-        alternative="plain step", seed=seed, group_column=None, warmup=True,
-        wrap=lambda name, run: Recorded(name, run, outputs), per_turn=True,
+        model=model, alternative="draft model" if model else "plain step", seed=seed, group_column=None,
+        warmup=True, wrap=lambda name, run: Recorded(name, run, outputs), per_turn=True,
     )  # fmt: skip
     toks = pd.DataFrame([dict(prompt=i, method=m, tokens=list(map(int, t))) for (i, m), t in outputs.items()])
     tables = {"es_lookahead": es["lookahead"], "es_logs": es["logs"], "es_runs": es["runs"], "es_outputs": toks}
