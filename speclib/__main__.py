@@ -13,6 +13,7 @@ COMMANDS = {  # command -> (module with main(argv), what it does)
     "sweep": ("speclib.workbook.sweep", "run notebooks over parameter grids on Ray"),
     "book": ("speclib.workbook.book", "build the book (Jupyter Book) from the executed notebooks"),
     "bench": ("speclib.research.bench", "time AR and speculative decoding on a target/draft pair"),
+    "roofline": ("speclib.research.roofline", "measure this machine's memory bandwidth and matrix throughput"),
     "train": ("speclib.research.train", "train the workbook's models, heads and tokenizer"),
     "datastore": ("speclib.research.datastore", "build a REST datastore from text on this machine"),
     "chat_data": ("speclib.research.chat_data", "generate and cache a pretrained model's chat answers"),

@@ -1,0 +1,155 @@
+"""The machine's roofline, measured: how fast it moves memory and how fast it multiplies matrices, and from
+the two the fastest one-token forward a model's weights allow.
+
+- `bandwidth`: a STREAM-like copy (a[:] = b) and scale (a[:] = 3 b) over arrays far larger than the caches,
+  in GB/s counting the bytes read and written, the median over repeats with its spread.
+- `throughput`: matrix products at decode shapes or square ones (float32, bfloat16, int8 through
+  `torch._int_mm`), in GFLOP/s (2 m n k per product).
+- `token_bound`: the roofline of one decode step: reading every weight once at `bandwidth` or doing
+  every multiply-add at `throughput`, whichever takes longer (the KV cache and activations are left out:
+  at a short context they are small beside the weights).
+- `model_footprint`: a Llama's parameters and FLOPs per token from its config, and its weight bytes in each
+  format speclib runs (float32, bfloat16, int8 with a float scale per row, GGUF q4_0's 4.5 bits).
+
+Timing is `speclib.core.device.clock` on `threads` torch threads; run it with nothing else on the cores.
+
+    python -m speclib roofline --threads 1 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+
+import pandas as pd
+import torch
+
+from speclib.core import device
+
+BITS = {"float32": 32, "bfloat16": 16, "int8": 8, "q4_0": 4.5}  # q4_0: 32 4-bit weights and one fp16 scale
+
+
+def _timed(run, repeats: int) -> list[float]:
+    run()  # warm: page faults, oneDNN's first-call set-up
+    out = []
+    for _ in range(repeats):
+        t0 = device.clock()
+        run()
+        out.append(device.clock() - t0)
+    return out
+
+
+def _summary(rates: list[float]) -> dict:
+    return dict(median=statistics.median(rates), lo=min(rates), hi=max(rates), repeats=len(rates))
+
+
+def bandwidth(threads: int = 1, megabytes: int = 512, repeats: int = 7) -> pd.DataFrame:
+    """Copy and scale over two float32 arrays of `megabytes` each: GB/s per kernel (bytes read + written)."""
+    n = megabytes * 2**20 // 4
+    a, b = torch.empty(n), torch.rand(n)
+    moved = 2 * n * 4 / 1e9
+    rows = []
+    with device.threads(threads):
+        for kernel, run in (("copy", lambda: a.copy_(b)), ("scale", lambda: torch.mul(b, 3.0, out=a))):
+            rates = [moved / s for s in _timed(run, repeats)]
+            rows.append(dict(kernel=kernel, threads=threads, megabytes=megabytes, **_summary(rates)))
+    return pd.DataFrame(rows)
+
+
+def _operands(dtype: str, m: int, k: int, n: int):
+    if dtype == "int8":
+        x, w = torch.randint(-127, 128, (m, k), dtype=torch.int8), torch.randint(-127, 128, (k, n), dtype=torch.int8)
+        return lambda: torch._int_mm(x, w)
+    t = getattr(torch, dtype)
+    x, w = torch.randn(m, k).to(t), torch.randn(k, n).to(t)
+    return lambda: x @ w
+
+
+def throughput(threads: int = 1, dtypes=("float32", "bfloat16", "int8"), shapes=None, repeats: int = 7):
+    """GFLOP/s of `x @ w` per dtype and shape (m, k, n): by default a decode-shaped product (m = 32 rows
+    against a 576 x 1536 weight, an MLP of SmolLM2) and a square 1024 one. int8 runs `torch._int_mm`
+    (int8 x int8 -> int32), the product an int8 weight-and-activation path needs; m must then exceed 16."""
+    shapes = shapes or [(32, 576, 1536), (1024, 1024, 1024)]
+    rows = []
+    with device.threads(threads):
+        for dtype in dtypes:
+            for m, k, n in shapes:
+                run = _operands(dtype, m, k, n)
+                calls = max(1, int(2e8 // (2 * m * k * n)))  # about 0.2 GFLOP per timed repeat
+
+                def many(run=run, calls=calls):
+                    for _ in range(calls):
+                        run()
+
+                rates = [calls * 2 * m * k * n / 1e9 / s for s in _timed(many, repeats)]
+                rows.append(dict(dtype=dtype, m=m, k=k, n=n, threads=threads, **_summary(rates)))
+    return pd.DataFrame(rows)
+
+
+def model_footprint(config) -> dict:
+    """A Llama-style config's weights (parameters, embedding tied or not) and the FLOPs of one token's forward
+    at a short context (2 per multiply-add of every matrix, the LM head included), and its weight bytes per
+    format of `BITS` (the embedding table is a lookup, so only the LM head's copy is read per token)."""
+    h, i, layers, v = config.hidden_size, config.intermediate_size, config.num_hidden_layers, config.vocab_size
+    heads, kv = config.num_attention_heads, getattr(config, "num_key_value_heads", config.num_attention_heads)
+    head_dim = getattr(config, "head_dim", None) or h // heads
+    attn = h * heads * head_dim + 2 * h * kv * head_dim + heads * head_dim * h
+    per_layer = attn + 3 * h * i
+    matmul_params = layers * per_layer + h * v  # what one token multiplies by: every layer and the LM head
+    out = dict(matmul_params=matmul_params, flops_per_token=2 * matmul_params)
+    out |= {f"{fmt}_bytes": matmul_params * bits / 8 for fmt, bits in BITS.items()}
+    return out
+
+
+def token_bound(weight_bytes: float, flops: float, gb_per_s: float, gflop_per_s: float) -> dict:
+    """The roofline of one decode step: seconds to read `weight_bytes` at `gb_per_s` and to compute `flops` at
+    `gflop_per_s`; the step cannot beat the larger (`bound_s`), which names what bounds it."""
+    memory_s, compute_s = weight_bytes / (gb_per_s * 1e9), flops / (gflop_per_s * 1e9)
+    return dict(
+        memory_s=memory_s,
+        compute_s=compute_s,
+        bound_s=max(memory_s, compute_s),
+        bound_by="memory" if memory_s >= compute_s else "compute",
+    )
+
+
+def bounds(footprint: dict, bw: pd.DataFrame, tp: pd.DataFrame) -> pd.DataFrame:
+    """Per thread count and weight format, `token_bound` from the measured copy bandwidth and the decode-shaped
+    throughput of the format's arithmetic (float32 for float32, bfloat16 for bfloat16, int8 for int8 and
+    q4_0, whose blocks are multiplied in 8 bits)."""
+    arith = {"float32": "float32", "bfloat16": "bfloat16", "int8": "int8", "q4_0": "int8"}
+    decode = tp[tp.m == tp.m.min()]
+    rows = []
+    for threads in sorted(set(bw.threads)):
+        gb = bw[(bw.threads == threads) & (bw.kernel == "copy")]["median"].iloc[0]
+        for fmt, kind in arith.items():
+            g = decode[(decode.threads == threads) & (decode.dtype == kind)]["median"]
+            if len(g):
+                b = token_bound(footprint[f"{fmt}_bytes"], footprint["flops_per_token"], gb, float(g.iloc[0]))
+                rows.append(dict(threads=threads, format=fmt, gb_per_s=gb, gflop_per_s=float(g.iloc[0]), **b))
+    return pd.DataFrame(rows)
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(prog="python -m speclib roofline", description=__doc__.split("\n\n")[0])
+    p.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    p.add_argument("--megabytes", type=int, default=512, help="each STREAM array's size")
+    p.add_argument("--model", default="smollm2-135m-instruct", help="a model of speclib.lms.pretrained, or none")
+    a = p.parse_args(argv)
+    bw = pd.concat([bandwidth(t, a.megabytes) for t in a.threads], ignore_index=True)
+    tp = pd.concat([throughput(t) for t in a.threads], ignore_index=True)
+    print(bw.round(2).to_string(index=False), "\n")
+    print(tp.round(1).to_string(index=False), "\n")
+    if a.model != "none":
+        from transformers import AutoConfig
+
+        from speclib.lms import pretrained
+
+        fp = model_footprint(AutoConfig.from_pretrained(pretrained.materialize(a.model)))
+        print(f"{a.model}: {fp['matmul_params'] / 1e6:.1f}M parameters multiplied per token, "
+              f"{fp['flops_per_token'] / 1e6:.0f} MFLOP per token")  # fmt: skip
+        print(bounds(fp, bw, tp).assign(bound_ms=lambda d: d.bound_s * 1e3).round(3).to_string(index=False))
+
+
+if __name__ == "__main__":
+    main()
