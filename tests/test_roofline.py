@@ -51,3 +51,9 @@ def test_measurements_return_positive_rates_per_kernel_and_dtype():
     assert list(bw.kernel) == ["copy", "scale"] and (bw["median"] > 0).all() and (bw.lo <= bw.hi).all()
     tp = roofline.throughput(threads=1, shapes=[(32, 64, 64)], repeats=2)
     assert list(tp.dtype) == ["float32", "bfloat16", "int8"] and (tp["median"] > 0).all()
+
+
+def test_linear_widths_times_each_path_at_each_width():
+    t = roofline.linear_widths(16, 32, widths=(1, 4), repeats=2)
+    assert set(t.width) == {1, 4} and "F.linear" in set(t.path) and (t["median"] > 0).all()
+    assert len(t) == 2 * t.path.nunique()

@@ -8,12 +8,15 @@ the two the fastest one-token forward a model's weights allow.
 - `token_bound`: the roofline of one decode step: reading every weight once at `bandwidth` or doing
   every multiply-add at `throughput`, whichever takes longer (the KV cache and activations are left out:
   at a short context they are small beside the weights).
+- `linear_widths`: one float32 product's seconds per number of rows, on torch's two CPU paths: where a
+  path runs 4 rows faster than 1 or 3, T(n) is not monotone.
 - `model_footprint`: a Llama's parameters and FLOPs per token from its config, and its weight bytes in each
   format speclib runs (float32, bfloat16, int8 with a float scale per row, GGUF q4_0's 4.5 bits).
 
 Timing is `speclib.core.device.clock` on `threads` torch threads; run it with nothing else on the cores.
 
     python -m speclib roofline --threads 1 2
+    python -m speclib roofline --threads 1 --widths 576 49152     # SmolLM2's LM head, widths 1-8
 """
 
 from __future__ import annotations
@@ -86,6 +89,34 @@ def throughput(threads: int = 1, dtypes=("float32", "bfloat16", "int8"), shapes=
     return pd.DataFrame(rows)
 
 
+def linear_widths(k: int, n: int, widths=(1, 2, 3, 4, 5, 8), threads: int = 1, repeats: int = 7) -> pd.DataFrame:
+    """Seconds of one float32 product of `width` rows by a k x n weight, per width, on the two CPU paths torch
+    offers: `F.linear` and oneDNN's reordered weight (`speclib.lms.llama.linear`, what LlamaLM runs). A verify
+    pass of n tokens multiplies n rows by every weight, so where a path is cheaper at 4 rows than at 1 or 3, a
+    wider pass costs less than a narrower one and the pass-cost curve T(n) is not monotone."""
+    import torch.nn.functional as F
+
+    w = torch.randn(n, k)
+    packed = torch.ops.mkldnn._reorder_linear_weight(w) if torch.backends.mkldnn.is_available() else None
+    paths = {"F.linear": lambda x: F.linear(x, w)}
+    if packed is not None:
+        paths["oneDNN packed"] = lambda x: torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], "")
+    rows = []
+    with device.threads(threads):
+        for path, f in paths.items():
+            for m in widths:
+                x = torch.randn(m, k)
+                calls = max(1, int(5e7 // (2 * m * k * n)) + 1)
+
+                def many(f=f, x=x, calls=calls):
+                    for _ in range(calls):
+                        f(x)
+
+                secs = [s / calls for s in _timed(many, repeats)]
+                rows.append(dict(path=path, k=k, n=n, width=m, threads=threads, **_summary(secs)))
+    return pd.DataFrame(rows)
+
+
 def model_footprint(config) -> dict:
     """A Llama-style config's weights (parameters, embedding tied or not) and the FLOPs of one token's forward
     at a short context (2 per multiply-add of every matrix, the LM head included), and its weight bytes per
@@ -135,7 +166,16 @@ def main(argv=None) -> None:
     p.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     p.add_argument("--megabytes", type=int, default=512, help="each STREAM array's size")
     p.add_argument("--model", default="smollm2-135m-instruct", help="a model of speclib.lms.pretrained, or none")
+    p.add_argument("--widths", type=int, nargs=2, metavar=("K", "N"), help="only time a K x N linear at widths 1-8")
     a = p.parse_args(argv)
+    if a.widths:
+        t = pd.concat([linear_widths(*a.widths, threads=th) for th in a.threads], ignore_index=True)
+        print(
+            t.assign(ms=lambda d: d["median"] * 1e3)
+            .pivot_table(index=["path", "threads"], columns="width", values="ms")
+            .round(3)
+        )
+        return
     bw = pd.concat([bandwidth(t, a.megabytes) for t in a.threads], ignore_index=True)
     tp = pd.concat([throughput(t) for t in a.threads], ignore_index=True)
     print(bw.round(2).to_string(index=False), "\n")
