@@ -443,12 +443,12 @@ def test_07_spec_bench_smoke(smoke_run):
     store = pd.read_parquet(res / "rest_store.parquet").iloc[0]
     assert store.tokens > 1000 and store.source == "prompts"
     # Lookahead at the cost model's setting and HVD over every source: lossless, paired with the single sources
-    every = ["lookahead", "HVD (every source)", "HVD (every source, per turn)"]
+    every = ["lookahead", "HVD (every source)", "HVD (every source, per turn)", "suffix (across turns)"]
     assert set(every) <= set(ov.index) and (ident.identical[every] == ident.turns[every]).all()
     la = pd.read_parquet(res / "es_lookahead.parquet")
     assert la.chosen.sum() == 1 and la.predicted_speedup[la.chosen].iloc[0] == la.predicted_speedup.max()
     over = pd.read_parquet(res / "every_source_over.parquet")
-    singles = {"prompt lookup", "suffix", "lookahead"}
+    singles = {"prompt lookup", "suffix", "lookahead", "suffix (across turns)"}
     assert set(over.reference[over.method == "HVD (every source)"]) == singles | {"HVD (every source, per turn)"}
     assert set(over.reference[over.method == "HVD (every source, per turn)"]) == singles
     assert ci_contains(over.speedup, over.lo, over.hi)

@@ -209,7 +209,8 @@ def test_a_per_turn_hvd_separates_memory_from_the_choice_of_source():
     hvd_rows = runs[runs.method == "HVD (every source)"]
     # a per-turn HVD 10% slower on every turn: HVD's memory is worth 1.10x, the choice alone the rest
     slower = hvd_rows.assign(method="HVD (every source, per turn)", tokens_per_s=hvd_rows.tokens_per_s / 1.1)
-    runs = pd.concat([runs, slower], ignore_index=True)
+    kept = runs[runs.method == "suffix"].assign(method=psb.SUFFIX_MEMORY)  # a suffix tree kept across turns
+    runs = pd.concat([runs, slower, kept], ignore_index=True)
     over = psb.every_source_over(runs, seed=0)
     memory = over[over.method == "HVD (every source)"].loc["HVD (every source, per turn)"]
     assert memory.speedup == pytest.approx(1.1) and memory.lo == pytest.approx(1.1)
@@ -219,6 +220,9 @@ def test_a_per_turn_hvd_separates_memory_from_the_choice_of_source():
     speed = bench.speedup_table(runs).set_index("method")
     text = verdicts._per_turn_memory(speed, over, "prompt lookup")
     assert "its memory across turns is worth 1.10x" in text and f"{alone.speedup:.2f}x prompt lookup" in text
+    vs_kept = over[over.method == "HVD (every source)"].loc[psb.SUFFIX_MEMORY]
+    assert vs_kept.speedup == pytest.approx(over[over.method == "HVD (every source)"].loc["suffix"].speedup)
+    assert f"HVD runs at {vs_kept.speedup:.2f}x" in text and "memory against memory" in text
 
 
 def test_hvd_takes_section_4s_draft_with_its_k_and_measured_cost():

@@ -443,7 +443,10 @@ display(Markdown(verdicts.rest_text(ssaved, tasks)))
 # step's place, priced at its measured seconds per drafted token. Its payoff predictor is
 # fitted on the pilot turns, each source verified in front once, and its costs are section 1's T(n).
 # Both run paired with AR on the reported turns, beside prompt lookup and the suffix tree, so that HVD
-# is compared with single sources measured in the same run.
+# is compared with single sources measured in the same run. HVD's suffix tree and Token Recycling matrix
+# keep what earlier turns taught them, where prompt lookup and the suffix tree start each turn afresh; so
+# the step also runs the same HVD made afresh every turn and the suffix tree kept across turns, and each
+# is compared with its like: memory against memory, none against none.
 
 
 # %%
@@ -462,7 +465,7 @@ esaved = study.step(
 )  # fmt: skip
 es_runs, es_choice, es_la = esaved["es_runs"], esaved["es_choice"], esaved["es_lookahead"]
 new_rows = spec_bench.task_table(es_runs, tasks)
-es_new = ["lookahead", "HVD (every source)", hvd.PER_TURN]
+es_new = ["lookahead", "HVD (every source)", hvd.PER_TURN, psb.SUFFIX_MEMORY]
 table = pd.concat([table, new_rows[new_rows.method.isin(es_new)]], ignore_index=True)
 es_out = esaved["es_outputs"]
 outputs = pd.concat([outputs, es_out[es_out.method.isin(es_new)]], ignore_index=True)

@@ -512,7 +512,8 @@ SPECLIB_TRAINED = ("feature head", "feature head + FR-Spec", "draft model", "dra
 def speclib_methods(columns) -> list[str]:
     """The speclib methods whose greedy output must equal AR's, of those in `columns` (HVD and the cache
     drafters always; the trained drafts and the per-turn HVD where they ran)."""
-    return [*SPECLIB_LOSSLESS, "HVD (every source)"] + [m for m in (*SPECLIB_TRAINED, hvd.PER_TURN) if m in columns]
+    extra = (*SPECLIB_TRAINED, hvd.PER_TURN, SUFFIX_MEMORY)
+    return [*SPECLIB_LOSSLESS, "HVD (every source)"] + [m for m in extra if m in columns]
 
 
 # ---- section 5 and 6: implementations and the leaderboard's profile
@@ -1122,7 +1123,9 @@ class EverySourceCaches:
 
 @dataclass
 class SingleSources:
-    """The single sources HVD is compared with in the same run (`hvd.every_source_runs`'s `compared`)."""
+    """The single sources HVD is compared with in the same run (`hvd.every_source_runs`'s `compared`): prompt
+    lookup and the suffix tree made afresh per turn, the suffix tree kept across the turns (`SUFFIX_MEMORY`:
+    its global tree holds the earlier turns' answers, as HVD's does) and Lookahead."""
 
     lookup: tuple[int, int]
     suffix: int
@@ -1131,15 +1134,20 @@ class SingleSources:
         return {
             "prompt lookup": partial(PromptLookupDrafter, *self.lookup),
             "suffix": partial(SuffixDrafter, max_spec=self.suffix),
+            SUFFIX_MEMORY: SuffixDrafter(max_spec=self.suffix),
             "lookahead": Lookahead(*pilot.window),
         }
 
 
+SUFFIX_MEMORY = "suffix (across turns)"
+
+
 def every_source_over(es_runs: pd.DataFrame, seed: int) -> pd.DataFrame:
-    """HVD over every source paired per turn with each single source of its step and, where the step ran it,
-    with its per-turn self (`hvd.PER_TURN`); and the per-turn HVD against the same single sources (`method`
-    names the numerator)."""
-    singles = ["prompt lookup", "suffix", "lookahead"]
+    """HVD over every source paired per turn with each single source of its step (the suffix tree kept across
+    turns too, where the step ran it) and, where the step ran it, with its per-turn self (`hvd.PER_TURN`); and
+    the per-turn HVD against the same single sources (`method` names the numerator). HVD against the sources
+    that keep memory, and the per-turn HVD against those that keep none, compare like with like."""
+    singles = ["prompt lookup", "suffix", "lookahead"] + [SUFFIX_MEMORY] * (SUFFIX_MEMORY in set(es_runs.method))
     pairs = [("HVD (every source)", m) for m in singles]
     if hvd.PER_TURN in set(es_runs.method):
         pairs += [("HVD (every source)", hvd.PER_TURN)] + [(hvd.PER_TURN, m) for m in singles]
