@@ -108,6 +108,12 @@ if unknown:
     raise ValueError(f"unknown METHODS {unknown}: choose from {sorted(ARGS)}")
 if "AR" not in METHODS or PASSES not in (1, 2):
     raise ValueError(f"METHODS must include 'AR' (every comparison is against it) and PASSES be 1 or 2, got {PASSES}")
+
+# %% [markdown]
+# The agent sessions come from `speclib.research.load` (seeded): the measured ones, two for warm-up and
+# HVD's pilot sessions, disjoint; every step is calibrated by the target's one-token pass.
+
+# %%
 all_sessions = load.agent_sessions(seed=SEED)
 sessions, warmup_sessions = all_sessions[:N_SESSIONS], all_sessions[N_SESSIONS : N_SESSIONS + 2]
 pilot_sessions = all_sessions[N_SESSIONS + 2 : N_SESSIONS + 2 + PILOT_SESSIONS]
