@@ -13,7 +13,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 def test_setup_finds_every_subpackage():
     """setup.py finds the packages (no hand-kept list to forget one in): every folder with an __init__.py
-    under speclib/, and kernels/ as speclib.kernels."""
+    under speclib/, and each family of kernels/ as speclib.kernels.<family>."""
     out = subprocess.run(
         [
             sys.executable,
@@ -29,6 +29,26 @@ def test_setup_finds_every_subpackage():
     found = {".".join(p.parent.relative_to(REPO).parts) for p in (REPO / "speclib").rglob("__init__.py")}
     found |= {"speclib." + ".".join(p.parent.relative_to(REPO).parts) for p in (REPO / "kernels").rglob("__init__.py")}
     assert set(out) == found and {"speclib.serving", "speclib.kernels.tree_gdn"} <= found
+
+
+def test_the_kernels_folder_shadows_no_top_level_package():
+    """Run from the repository root (cwd on sys.path), `kernels` is whatever is installed under that name (the
+    Hugging Face kernels hub package transformers imports), never this folder; speclib.kernels.* is."""
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import importlib.util as u, speclib.kernels.tree_gdn as t; s = u.find_spec('kernels');"
+            "print(t.__file__); print(s.origin if s else None)",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        check=True,
+    ).stdout.splitlines()
+    assert Path(out[0]) == REPO / "kernels" / "tree_gdn" / "__init__.py"
+    assert out[1] in ("None", "") or not Path(out[1]).is_relative_to(REPO / "kernels")  # an installed one, or none
+    assert not (REPO / "kernels" / "__init__.py").exists()
 
 
 @pytest.mark.slow
@@ -66,7 +86,7 @@ def test_a_wheel_installed_into_a_fresh_venv_runs_its_commands(tmp_path):
         [sys.executable, "-m", "pip", "--python", str(py), "install", "-q", "--no-deps", str(wheel)], check=True
     )
     where = subprocess.run(
-        [py, "-c", "import speclib, speclib.serving.server; print(speclib.__file__)"],
+        [py, "-c", "import speclib, speclib.serving.server, speclib.kernels.tree_gdn; print(speclib.__file__)"],
         capture_output=True,
         text=True,
         cwd=tmp_path,
