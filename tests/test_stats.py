@@ -188,6 +188,15 @@ def test_bootstrap_ci_covers_true_median_and_is_deterministic():
     assert lo99 <= lo and hi99 >= hi
 
 
+@pytest.mark.parametrize("n", [1, 2, 6, 7, 42])
+def test_bootstrap_ci_vectorized_median_and_mean_equal_the_resample_loop(n):
+    """np.median and np.mean run over all resamples at once; any other callable runs once per resample. Both
+    see the same draws, so the intervals are equal to the last bit (ties and even n included)."""
+    x = np.round(np.random.default_rng(n).lognormal(0.2, 0.3, n), 2)  # rounded: ties
+    for fast, slow in ((np.median, lambda v: float(np.median(v))), (np.mean, lambda v: float(np.mean(v)))):
+        assert bootstrap_ci(x, fast, n_boot=501, seed=3) == bootstrap_ci(x, slow, n_boot=501, seed=3)
+
+
 def test_bootstrap_ratio_ci():
     # AR times ~ 2x SD times: true ratio of medians is 2.
     rng = np.random.default_rng(7)

@@ -180,6 +180,7 @@ class Study:
         self.notebook, self.mode, self.calibrate = notebook, mode, calibrate
         self.code = provenance.loaded_code()  # the code this kernel imported
         provenance.module_fingerprints()  # hash what is loaded now, before any later edit
+        self.reach = reach.Index()  # the sources parsed once for all of this run's steps (the code it runs)
         defaults = notebook_defaults(REPO / "notebooks" / f"{notebook}.ipynb") if defaults is None else defaults
         missing = [k for k in defaults if k not in namespace]
         if missing:
@@ -314,7 +315,7 @@ class Study:
         if name in adoptions:
             return self._adopt(name, used, adoptions[name])
         # read before computing: the code as the run starts, and a source it cannot read fails now, not hours later
-        definitions = reach.step_definitions(provenance.notebook_source(self.notebook), name)
+        definitions = reach.step_definitions(provenance.notebook_source(self.notebook), name, self.reach)
         calib_before = self.calibrate() if self.calibrate else None
         t0 = time.perf_counter()
         out = compute()
