@@ -276,6 +276,100 @@ def test_bad_requests_answer_400(server, target):
     assert r.status_code == 400 and "messages" in r.json()["error"]["message"]
 
 
+def test_stop_cut_and_the_text_a_stream_holds_back():
+    from speclib.serving.server import stop_cut, stop_held
+
+    assert (
+        stop_cut("a = 1\nb = 2", ["\n", " = 2"]) == 5 and stop_cut("abc", ["x"]) is None and stop_cut("", ["a"]) is None
+    )
+    assert stop_cut("xyz", ["yz", "xy"]) == 0  # the earliest stop wins, whichever is listed first
+    assert stop_held("return Ab", ["Abc", "b!"]) == 2  # "Ab" may become "Abc" ("b" may become "b!")
+    assert stop_held("return A", ["Abc"]) == 1 and stop_held("return", ["Abc"]) == 0 and stop_held("x", []) == 0
+
+
+def test_n_choices_sampling_filters_and_token_id_prompts_are_offline_generate(server, target):
+    """n choices of a prompt are offline `generate` with seed, seed + 1, ...; top_k and top_p filter as there;
+    a prompt given as token ids, or several prompts, answer as their texts would."""
+    url, _ = server
+    client = openai.OpenAI(base_url=f"{url}/v1", api_key="none")
+    ids = target.encode(TEXTS[0])
+    sampling = Sampling(1.0, top_k=8, top_p=0.9)
+    want = [target.decode(offline(target, ids, 12, SelfDrafter(target, 3), sampling, seed=5 + i)) for i in range(3)]
+    r = client.completions.create(
+        model="hybrid-target", prompt=TEXTS[0], max_tokens=12, n=3, seed=5, extra_body={"top_k": 8}, top_p=0.9
+    )
+    assert [c.index for c in r.choices] == [0, 1, 2] and [c.text for c in r.choices] == want
+    assert len(set(want)) > 1 and r.usage.completion_tokens == 36
+    s = client.completions.create(
+        model="hybrid-target",
+        prompt=TEXTS[0],
+        max_tokens=12,
+        n=3,
+        seed=5,
+        extra_body={"top_k": 8},
+        top_p=0.9,
+        stream=True,
+    )
+    got = ["", "", ""]
+    for chunk in s:
+        for c in chunk.choices:
+            got[c.index] += c.text
+    assert got == want
+    greedy = [target.decode(offline(target, target.encode(t), 6, SelfDrafter(target, 3))) for t in TEXTS[:2]]
+    r = client.completions.create(model="hybrid-target", prompt=ids, max_tokens=6, temperature=0)
+    assert r.choices[0].text == greedy[0]
+    r = client.completions.create(
+        model="hybrid-target", prompt=[TEXTS[0], target.encode(TEXTS[1])], max_tokens=6, temperature=0, n=2
+    )
+    assert [c.text for c in r.choices] == [greedy[0], greedy[0], greedy[1], greedy[1]]
+
+
+def test_stop_sequences_cut_as_offline_text_would(server, target):
+    url, _ = server
+    client = openai.OpenAI(base_url=f"{url}/v1", api_key="none")
+    ids = target.encode(TEXTS[2])
+    tokens = offline(target, ids, 30, SelfDrafter(target, 3))
+    text = target.decode(tokens)
+    stop = text[len(text) // 2 : len(text) // 2 + 3]  # three characters from the middle of the answer
+    cut = text.find(stop)
+    need = next(m for m in range(1, len(tokens) + 1) if stop in target.decode(tokens[:m]))
+    for stream in (False, True):
+        r = client.completions.create(
+            model="hybrid-target", prompt=TEXTS[2], max_tokens=30, temperature=0, stop=[stop, "@@never@@"],
+            stream=stream, **({"stream_options": {"include_usage": True}} if stream else {}),
+        )  # fmt: skip
+        if stream:
+            chunks = list(r)
+            got = "".join(ch.text for c in chunks for ch in c.choices)
+            reasons = [ch.finish_reason for c in chunks for ch in c.choices if ch.finish_reason]
+            usage = chunks[-1].usage
+        else:
+            got, reasons, usage = r.choices[0].text, [r.choices[0].finish_reason], r.usage
+        assert got == text[:cut] and reasons == ["stop"] and usage.completion_tokens == need, (stream, got)
+
+
+def test_parameters_the_server_does_not_honour_answer_400(server, target):
+    url, _ = server
+    ok = {"model": "hybrid-target", "prompt": "def", "max_tokens": 3}
+    for extra, match in [
+        ({"presence_penalty": 0.5}, "presence_penalty"),
+        ({"logprobs": 2}, "logprobs"),
+        ({"frequency_penalty": 1, "logit_bias": {"5": 3}}, "frequency_penalty, logit_bias"),
+        ({"response_format": {"type": "json_object"}}, "response_format"),
+        ({"n": 0}, "n must be"),
+        ({"top_k": -1}, "top_k"),
+        ({"top_p": 0}, "top_p"),
+        ({"stop": ["a", "b", "c", "d", "e"]}, "stop"),
+        ({"prompt": [1, "x"]}, "prompt"),
+        ({"prompt": [10**9]}, "token ids"),
+    ]:
+        r = httpx.post(f"{url}/v1/completions", json=ok | extra)
+        assert r.status_code == 400 and match in r.json()["error"]["message"], (extra, r.text)
+    neutral = {"presence_penalty": 0, "frequency_penalty": 0.0, "logprobs": None, "echo": False, "best_of": 1}
+    r = httpx.post(f"{url}/v1/completions", json=ok | neutral | {"user": "me"}, timeout=60)
+    assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 3
+
+
 def test_a_client_that_disconnects_frees_its_slot(server, target):
     url, engine = server
     body = {"model": "hybrid-target", "prompt": TEXTS[0], "max_tokens": 400, "temperature": 0, "stream": True}

@@ -203,6 +203,15 @@ class Engine:
     def submit(self, prompt_ids, max_tokens: int, sampling: Sampling = Sampling(0.0), seed: int = 0, notify=None):  # noqa: B008
         """Queue a request; ValueError for a bad one (nothing is queued). notify: called from the engine's
         thread with each event (default: nothing; `Request.result()` waits for the end)."""
+        prompt = self.check(prompt_ids, max_tokens)
+        req = Request(next(self._ids), prompt, max_tokens, sampling, seed, notify or (lambda kind, payload: None))
+        with self._wake:
+            self.waiting.append(req)
+            self._wake.notify()
+        return req
+
+    def check(self, prompt_ids, max_tokens: int) -> list[int]:
+        """The prompt as a list of ids, or ValueError naming what is wrong with the request."""
         prompt = prompt_list(prompt_ids)
         if not prompt:
             raise ValueError("the prompt is empty")
@@ -216,11 +225,7 @@ class Engine:
             )
         if min(prompt) < 0 or max(prompt) >= self.target.vocab_size:
             raise ValueError(f"token ids must lie in [0, {self.target.vocab_size})")
-        req = Request(next(self._ids), prompt, max_tokens, sampling, seed, notify or (lambda kind, payload: None))
-        with self._wake:
-            self.waiting.append(req)
-            self._wake.notify()
-        return req
+        return prompt
 
     def cancel(self, req: Request) -> None:
         """Stop a request at the next step boundary and free its slot (a client that went away)."""

@@ -1,24 +1,29 @@
 """An OpenAI-compatible HTTP server over the engine: `python -m speclib serve MODEL [--draft NAME | --drafter
 KIND] [--budget fixed|adaptive] [--host H] [--port P]`.
 
-    POST /v1/completions        {"model", "prompt", "max_tokens", "temperature", "seed", "stream"}
+    POST /v1/completions        {"model", "prompt", "max_tokens", "temperature", "top_p", "top_k", "n", "stop",
+                                 "seed", "stream", "stream_options"}; the prompt a string, a list of token
+                                 ids, or a list of either (choice p * n + i: prompt p, seed + i)
     POST /v1/chat/completions   {"model", "messages", ...}: the model's chat template, or "role: content"
                                 lines for a model without one
     GET  /v1/models, /health, /stats (the engine's step log since start)
 
-Any OpenAI client works: `openai.OpenAI(base_url="http://127.0.0.1:8000/v1", api_key="none")`. Streaming
-sends server-sent events, one chunk per accepted block of tokens, then `data: [DONE]`; with
-`stream_options: {"include_usage": true}` the last chunk carries the usage. Bad requests (malformed
-JSON, unknown model, a prompt over the context, max_tokens < 1) answer HTTP 400 with a message; a
-client that disconnects mid-stream frees its slot at the next step.
+Any OpenAI client works: `openai.OpenAI(base_url="http://127.0.0.1:8000/v1", api_key="none")`. Each choice is
+offline `generate` of its prompt with the same sampling and seed, cut at the first stop sequence (the stop
+left out, its tokens counted up to the fewest that hold it): speculation changes none of it. Streaming
+sends server-sent events, one chunk per accepted block of tokens (text that may begin a stop sequence held
+back), then `data: [DONE]`; with `stream_options: {"include_usage": true}` the last chunk carries the usage.
+Bad requests (malformed JSON, unknown model, a prompt over the context, max_tokens < 1, a parameter the
+server does not honour, such as a penalty or logprobs, at other than its neutral value) answer HTTP 400
+naming it; a client that disconnects mid-stream frees its slots at the next step.
 """
 
 import argparse
 import asyncio
 import json
-import math
 import time
 import uuid
+from dataclasses import dataclass
 
 from speclib.core.sampling import Sampling
 from speclib.serving.engine import AdaptiveBudget, Engine, FixedBudget, calibrate
@@ -120,6 +125,138 @@ def chat_prompt(lm, messages) -> list[int]:
     return lm.encode("".join(f"{m['role']}: {m['content']}\n" for m in messages) + "assistant:")
 
 
+# the request fields the server honours; any other field with a value other than its neutral one is refused
+HONOURED = {
+    "model", "prompt", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k", "n",
+    "stop", "seed", "stream", "stream_options", "user",
+}  # fmt: skip
+NEUTRAL = {  # fields a client may send at their no-op value (what the API means when they are left out)
+    "presence_penalty": (0, 0.0), "frequency_penalty": (0, 0.0), "repetition_penalty": (1, 1.0), "logprobs": (False,),
+    "echo": (False,), "best_of": (1,), "logit_bias": ({},), "suffix": ("",),
+}  # fmt: skip
+MAX_STOPS = 4  # as the OpenAI API
+
+
+@dataclass
+class Params:
+    """A completion request, checked: one token list per prompt, `n` choices of each."""
+
+    prompts: list[list[int]]
+    n: int
+    max_tokens: int
+    sampling: Sampling
+    seed: int
+    stops: list[str]
+    stream: bool
+    usage_in_stream: bool
+
+
+def _int(body: dict, name: str, default: int, lo: int) -> int:
+    v = body.get(name, default)
+    v = default if v is None else v
+    if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+        raise ValueError(f"{name} must be an int >= {lo}, got {v!r}")
+    return v
+
+
+def _number(body: dict, name: str, default: float) -> float:
+    v = body.get(name, default)
+    v = default if v is None else v
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise ValueError(f"{name} must be a number, got {v!r}")
+    return float(v)
+
+
+def _prompts(lm, body: dict, chat: bool) -> list[list[int]]:
+    """The prompts as token ids: chat messages; or a string, a list of token ids, or a list of either."""
+    if chat:
+        return [chat_prompt(lm, body.get("messages"))]
+    p = body.get("prompt")
+
+    def one(x) -> list[int]:
+        if isinstance(x, str) and x:
+            return lm.encode(x)
+        if isinstance(x, list) and x and all(isinstance(t, int) and not isinstance(t, bool) for t in x):
+            return list(x)
+        raise ValueError("prompt must be a non-empty string, a non-empty list of token ids, or a list of those")
+
+    if isinstance(p, list) and p and all(isinstance(x, (str, list)) for x in p):
+        return [one(x) for x in p]
+    return [one(p)]
+
+
+def _stops(body: dict) -> list[str]:
+    s = body.get("stop")
+    stops = [] if s is None else [s] if isinstance(s, str) else s
+    if not isinstance(stops, list) or not all(isinstance(x, str) and x for x in stops) or len(stops) > MAX_STOPS:
+        raise ValueError(f"stop must be a non-empty string or a list of at most {MAX_STOPS} of them, got {s!r}")
+    return stops
+
+
+def parse_request(lm, body: dict, chat: bool) -> Params:
+    """The request's parameters, or ValueError naming the first bad or unsupported one (nothing is queued)."""
+    refused = sorted(k for k, v in body.items() if k not in HONOURED and v is not None and v not in NEUTRAL.get(k, ()))
+    if refused:
+        raise ValueError(f"unsupported parameter(s) {', '.join(refused)}: this server does not honour them")
+    temperature = _number(body, "temperature", 1.0)
+    if temperature < 0:
+        raise ValueError(f"temperature must be >= 0, got {temperature}")
+    sampling = Sampling(temperature, top_k=_int(body, "top_k", 0, 0), top_p=_number(body, "top_p", 1.0))
+    max_tokens = body.get("max_tokens", body.get("max_completion_tokens"))
+    return Params(
+        prompts=_prompts(lm, body, chat),
+        n=_int(body, "n", 1, 1),
+        max_tokens=16 if max_tokens is None else max_tokens,  # the engine checks it
+        sampling=sampling,
+        seed=_int(body, "seed", 0, 0),
+        stops=_stops(body),
+        stream=bool(body.get("stream", False)),
+        usage_in_stream=bool((body.get("stream_options") or {}).get("include_usage", False)),
+    )
+
+
+def stop_cut(text: str, stops: list[str]) -> int | None:
+    """Where the text ends at its first stop sequence (the stop itself left out), or None: none occurs."""
+    hits = [i for i in (text.find(s) for s in stops) if i >= 0]
+    return min(hits) if hits else None
+
+
+def stop_held(text: str, stops: list[str]) -> int:
+    """How many of the text's last characters a stream holds back: the longest end of the text that begins
+    some stop sequence (it may yet become one)."""
+    return max((k for s in stops for k in range(1, len(s)) if text.endswith(s[:k])), default=0)
+
+
+class Choice:
+    """One choice of a response: its engine request, the text decoded so far, where a stop sequence cut it."""
+
+    def __init__(self, index: int, req, prompt: list[int], params: Params):
+        self.index, self.req, self.prompt, self.params = index, req, prompt, params
+        self.tokens: list[int] = []  # what the engine accepted, up to a stop sequence's end
+        self.stopped = False
+        self.done = False
+        self.error: str | None = None
+
+    def add(self, lm, new: list[int]) -> None:
+        """Take accepted tokens; at a stop sequence keep the fewest tokens whose text holds it and stop."""
+        stops = self.params.stops
+        for t in new if stops else ():
+            self.tokens.append(t)
+            if stop_cut(lm.decode(self.tokens), stops) is not None:
+                self.stopped = self.done = True
+                return
+        if not stops:
+            self.tokens += new
+
+    def text(self, lm) -> str:
+        text = lm.decode(self.tokens)
+        cut = stop_cut(text, self.params.stops) if self.params.stops else None
+        return text if cut is None else text[:cut]
+
+    def finish_reason(self) -> str:
+        return "stop" if self.stopped or len(self.tokens) < self.params.max_tokens else "length"
+
+
 def build_app(engine: Engine, model_name: str):
     """The FastAPI app over a started engine."""
     from fastapi import FastAPI, Request
@@ -159,28 +296,45 @@ def build_app(engine: Engine, model_name: str):
             raise LookupError(f"unknown model {body.get('model')!r}: this server serves {model_name!r}")
         return body
 
+    def submit_all(params: Params, events: asyncio.Queue) -> list[Choice]:
+        """Choice p * n + i: prompt p with seed + i. Every request is checked before any is queued."""
+        loop, choices = asyncio.get_running_loop(), []
+        for ids in params.prompts:
+            engine.check(ids, params.max_tokens)
+        for p, ids in enumerate(params.prompts):
+            for i in range(params.n):
+                index = p * params.n + i
+
+                def notify(kind, payload, index=index):
+                    loop.call_soon_threadsafe(events.put_nowait, (index, kind, payload))
+
+                req = engine.submit(ids, params.max_tokens, params.sampling, params.seed + i, notify)
+                choices.append(Choice(index, req, ids, params))
+        return choices
+
+    async def next_event(choices: list[Choice], events: asyncio.Queue) -> Choice:
+        """Wait for an event of a choice still running; apply it; the choice it changed."""
+        while True:
+            index, kind, payload = await events.get()
+            c = choices[index]
+            if c.done:
+                continue  # tokens past a stop sequence
+            if kind == "tokens":
+                c.add(lm, payload)
+                if c.stopped:
+                    engine.cancel(c.req)
+            elif kind == "done":
+                c.done = True
+            else:
+                c.done, c.error = True, payload
+            return c
+
     async def handle(request: Request, chat: bool):
         try:
             body = await body_of(request)
-            if chat:
-                prompt = chat_prompt(lm, body.get("messages"))
-            else:
-                text = body.get("prompt")
-                if not isinstance(text, str) or not text:
-                    raise ValueError("prompt must be a non-empty string")
-                prompt = lm.encode(text)
-            max_tokens = body.get("max_tokens", body.get("max_completion_tokens", 16))
-            temperature = float(body.get("temperature", 1.0))
-            if temperature < 0:
-                raise ValueError(f"temperature must be >= 0, got {temperature}")
-            sampling = Sampling(temperature, top_p=float(body.get("top_p", 1.0)))
-            seed = int(body.get("seed", 0))
-            stream = bool(body.get("stream", False))
-            usage_in_stream = bool((body.get("stream_options") or {}).get("include_usage", False))
-            loop, events = asyncio.get_running_loop(), asyncio.Queue()
-            req = engine.submit(
-                prompt, max_tokens, sampling, seed, lambda k, p: loop.call_soon_threadsafe(events.put_nowait, (k, p))
-            )
+            params = parse_request(lm, body, chat)
+            events: asyncio.Queue = asyncio.Queue()
+            choices = submit_all(params, events)
         except LookupError as e:
             return error(400, str(e), "model_not_found")
         except (ValueError, TypeError) as e:
@@ -188,62 +342,69 @@ def build_app(engine: Engine, model_name: str):
         rid, created = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:20]}", int(time.time())
         kind = "chat.completion" if chat else "text_completion"
 
-        def choice(text: str, finish: str | None, delta: bool) -> dict:
+        def choice(c: Choice, text: str, finish: str | None, delta: bool) -> dict:
             if not chat:
-                return {"index": 0, "text": text, "finish_reason": finish, "logprobs": None}
+                return {"index": c.index, "text": text, "finish_reason": finish, "logprobs": None}
             msg = {"role": "assistant", "content": text}
-            return {"index": 0, ("delta" if delta else "message"): msg, "finish_reason": finish}
+            return {"index": c.index, ("delta" if delta else "message"): msg, "finish_reason": finish}
 
         def usage() -> dict:
-            n = len(req.tokens)
-            return {"prompt_tokens": len(prompt), "completion_tokens": n, "total_tokens": len(prompt) + n}
+            prompt = sum(len(ids) for ids in params.prompts)
+            n = sum(len(c.tokens) for c in choices)
+            return {"prompt_tokens": prompt, "completion_tokens": n, "total_tokens": prompt + n}
 
-        def finish_reason() -> str:
-            return "length" if len(req.tokens) >= max_tokens else "stop"
+        def cancel_running():
+            for c in choices:
+                if c.req.finished_at is None:
+                    engine.cancel(c.req)
 
-        if not stream:
-            tokens = []
-            while (ev := await events.get())[0] == "tokens":
-                tokens += ev[1]
-            if ev[0] == "error":
-                return error(500, ev[1], "server_error")
+        if not params.stream:
+            try:
+                while not all(c.done for c in choices):
+                    c = await next_event(choices, events)
+                    if c.error is not None and not c.stopped:
+                        return error(500, c.error, "server_error")
+            finally:
+                cancel_running()
+            steps = [s for c in choices if c.req.stats for s in c.req.stats.steps]
+            drafted = sum(s["drafted"] for s in steps)
             return {
                 "id": rid,
                 "object": kind,
                 "created": created,
                 "model": model_name,
-                "choices": [choice(lm.decode(tokens), finish_reason(), delta=False)],
+                "choices": [choice(c, c.text(lm), c.finish_reason(), delta=False) for c in choices],
                 "usage": usage(),
                 "speclib": {  # what speculation did for this request (None: nothing was drafted)
-                    "steps": len(req.stats.steps),
-                    "acceptance_rate": None if math.isnan(req.stats.acceptance_rate) else req.stats.acceptance_rate,
+                    "steps": len(steps),
+                    "acceptance_rate": sum(s["accepted"] for s in steps) / drafted if drafted else None,
                 },
             }
 
         async def sse():
             chunk = {"id": rid, "object": f"{kind}.chunk" if chat else kind, "created": created, "model": model_name}
-            sent = ""
+            sent = {c.index: "" for c in choices}
             try:
-                while True:
-                    ev = await events.get()
-                    if ev[0] == "error":
-                        yield f"data: {json.dumps({'error': {'message': ev[1], 'type': 'server_error'}})}\n\n"
+                while not all(c.done for c in choices):
+                    c = await next_event(choices, events)
+                    if c.error is not None and not c.stopped:
+                        yield f"data: {json.dumps({'error': {'message': c.error, 'type': 'server_error'}})}\n\n"
                         break
-                    done = ev[0] == "done"
-                    # decode the whole text so far: a token may complete a multi-byte character
-                    text = lm.decode(req.tokens)
-                    delta, sent = text[len(sent) :], text
-                    if delta or done:
-                        payload = chunk | {"choices": [choice(delta, finish_reason() if done else None, delta=True)]}
+                    # decode the whole text so far: a token may complete a multi-byte character; hold back
+                    # what may yet turn into a stop sequence
+                    text = c.text(lm)
+                    if not c.done:
+                        text = text[: len(text) - stop_held(text, params.stops)]
+                    delta, sent[c.index] = text[len(sent[c.index]) :], text
+                    if delta or c.done:
+                        payload = chunk | {"choices": [choice(c, delta, c.finish_reason() if c.done else None, True)]}
                         yield f"data: {json.dumps(payload)}\n\n"
-                    if done:
-                        if usage_in_stream:
-                            yield f"data: {json.dumps(chunk | {'choices': [], 'usage': usage()})}\n\n"
-                        yield "data: [DONE]\n\n"
-                        break
-            finally:  # the client went away (or we are done): free the slot
-                if req.finished_at is None:
-                    engine.cancel(req)
+                else:
+                    if params.usage_in_stream:
+                        yield f"data: {json.dumps(chunk | {'choices': [], 'usage': usage()})}\n\n"
+                    yield "data: [DONE]\n\n"
+            finally:  # the client went away (or we are done): free the slots
+                cancel_running()
 
         return StreamingResponse(sse(), media_type="text/event-stream")
 
