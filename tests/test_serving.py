@@ -172,6 +172,22 @@ def test_engine_seeded_sampling_equals_offline(target):
         assert [r.result(120) for r in reqs] == ref
 
 
+def test_serve_runs_the_target_on_another_backend(monkeypatch, capsys):
+    """`serve --backend torch-int8`: the target loads on that runtime, and a request alone in the engine is
+    offline `generate` on the same LM (in a batch, dynamic int8 activation scales may round differently)."""
+    from speclib.serving import server
+
+    seen = {}
+    monkeypatch.setattr("uvicorn.run", lambda app, **kw: seen.setdefault("app", app))
+    assert server.main(["code-target", "--backend", "torch-int8", "--drafter", "lookup", "--port", "0"]) == 0
+    lm = speclib.load("code-target", backend="torch-int8")
+    assert any(type(m).__module__.startswith("torch.ao") for m in lm.model.modules())  # quantized Linears
+    with Engine(lm, [PromptLookupDrafter(k=3)], max_batch=1) as engine:
+        got = [engine.submit(lm.encode(t), 16).result(120) for t in TEXTS[:2]]
+    assert got == [offline(lm, lm.encode(t), 16, PromptLookupDrafter(k=3)) for t in TEXTS[:2]]
+    assert "app" in seen and "serving code-target on torch-int8" in capsys.readouterr().out
+
+
 def test_engine_cancel_and_bad_requests(target):
     ids = target.encode(TEXTS[0])
     with Engine(target, None, max_batch=1) as engine:

@@ -1,5 +1,5 @@
-"""An OpenAI-compatible HTTP server over the engine: `python -m speclib serve MODEL [--draft NAME | --drafter
-KIND] [--budget fixed|adaptive] [--host H] [--port P]`.
+"""An OpenAI-compatible HTTP server over the engine: `python -m speclib serve MODEL [--backend B] [--draft NAME |
+--drafter KIND] [--budget fixed|adaptive] [--host H] [--port P]`.
 
     POST /v1/completions        {"model", "prompt", "max_tokens", "temperature", "top_p", "top_k", "n", "stop",
                                  "seed", "stream", "stream_options"}; the prompt a string, a list of token
@@ -430,6 +430,12 @@ def main(argv=None) -> int:
     ap.add_argument(
         "--model-prior", type=float, default=0.5, help="--drafter hvd: the draft chain's per-token acceptance, measured"
     )
+    ap.add_argument(
+        "--backend",
+        default="torch",
+        help="the target's runtime (a Llama checkpoint): torch, torch-int8, torch-bf16, onnx-int8, llamacpp-q8_0, ... "
+        "(speclib.lms.backends; batched verification on the torch ones, one request at a time on the others)",
+    )
     ap.add_argument("--max-batch", type=int, default=4)
     ap.add_argument("--threads", type=int, default=1, help="torch threads (1 keeps timings steady on 2 cores)")
     ap.add_argument("--host", default="127.0.0.1")
@@ -441,7 +447,7 @@ def main(argv=None) -> int:
     from speclib.lms.loading import load
 
     set_threads(a.threads)
-    target = load(a.model)
+    target = load(a.model, backend=a.backend)
     kind = a.drafter or ("model" if a.draft else "none")
     predictor = None
     if a.predictor:
@@ -457,7 +463,10 @@ def main(argv=None) -> int:
             cost = calibrate(target, batches, a.k)
             budget = AdaptiveBudget(cost, draft_cost(drafters[0], target), a.k)
     engine = Engine(target, drafters, a.max_batch, budget).start()
-    print(f"speclib serving {a.model} (drafter {kind}, budget {a.budget}) on http://{a.host}:{a.port}/v1", flush=True)
+    print(
+        f"speclib serving {a.model} on {a.backend} (drafter {kind}, budget {a.budget}) on http://{a.host}:{a.port}/v1",
+        flush=True,
+    )
     try:
         uvicorn.run(build_app(engine, a.model), host=a.host, port=a.port, log_level="warning")
     finally:
