@@ -7,7 +7,7 @@ from collections import Counter
 import numpy as np
 import pytest
 import torch
-from conftest import KeepFirstBranch, tiny_lm
+from conftest import KeepFirstBranch, tiny_lm, token_zero_draft
 
 from speclib import Sampling, generate
 from speclib.core.acceptance import Lossless, output_distribution
@@ -178,13 +178,13 @@ def _fitted_predictor():
     return PayoffPredictor(steps=100).fit(X, y)
 
 
-def _hybrid(policy, target, draft, reference=None, two_caches=False):
+def _hybrid(policy, target, draft, reference=None, two_caches=False, k=3):
     costs = Costs(verify_s={n: 1e-3 * (1 + 0.05 * n) for n in range(1, 20)}, model_token_s=2e-4)
     cache = SuffixDrafter(max_depth=8, max_spec=6)
     if two_caches:  # prompt lookup first: the fixed rules use the first cache
         cache = [PromptLookupDrafter(2, 5), cache]
     return HybridDrafter(
-        cache, ModelDrafter(draft, 3), policy, _fitted_predictor() if policy == "hvd" else None, costs, reference
+        cache, ModelDrafter(draft, k), policy, _fitted_predictor() if policy == "hvd" else None, costs, reference
     )
 
 
@@ -337,7 +337,10 @@ def test_hybrid_bad_arguments():
 @pytest.mark.parametrize("policy,two_caches", [("cache", False), ("arctic", False), ("hvd", True)])
 def test_chi_square_with_cache_drafts(policy, two_caches):
     """Token at new-token index 4 over 800 seeded runs at T = 1, AR vs SD with point-mass cache drafts
-    (alpha = 1e-3: 0.1% false-positive rate under the null; seeds fixed)."""
+    (alpha = 1e-3: 0.1% false-positive rate under the null; seeds fixed). Negative control: the same test
+    rejects a rule that keeps every draft token of the first branch (the same policy and caches; the model
+    draft proposes 4 tokens near token 0, so index 4 is a kept draft token, not the target's own sample: the
+    tiny target is near-uniform, and a draft like it would hide the error)."""
     target, draft = tiny_lm(32, 2, vocab=16, seed=0), tiny_lm(16, 1, vocab=16, seed=1)
     t1 = Sampling(1.0)
     ar = [generate(target, REPEATY, 5, sampling=t1, seed=s).tokens[4] for s in range(800)]
@@ -353,6 +356,20 @@ def test_chi_square_with_cache_drafts(policy, two_caches):
         for s in range(800)
     ]
     assert chi2_two_sample(ar, sd).p > 1e-3
+    zero = token_zero_draft(16)  # a model draft near token 0: what the wrong rule keeps shows in the marginal
+    bad = [
+        generate(
+            target,
+            REPEATY,
+            5,
+            sampling=t1,
+            seed=10**6 + s,
+            drafter=_hybrid(policy, target, zero, two_caches=two_caches, k=4),
+            acceptor=KeepFirstBranch(),
+        ).tokens[4]
+        for s in range(800)
+    ]
+    assert chi2_two_sample(ar, bad).p < 1e-3
 
 
 def test_payoff_predictor_learns_the_accepted_length_distribution():

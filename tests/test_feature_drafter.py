@@ -14,7 +14,7 @@ on every run.
 import numpy as np
 import pytest
 import torch
-from conftest import tiny_lm
+from conftest import KeepFirstBranch, tiny_lm
 from transformers import Qwen3_5ForCausalLM
 
 import speclib
@@ -249,7 +249,8 @@ def test_truncated_vocab_scores_are_the_full_heads_rows(llama):
 def test_truncated_vocab_stays_lossless(llama, tree):
     """A drafting vocabulary that leaves out half the tokens, among them some AR picks: greedy output still
     equals AR; at temperature 1 the token at new-token index 4 over 800 seeded runs passes the two-sample
-    chi-square against AR (alpha = 1e-3)."""
+    chi-square against AR (alpha = 1e-3: a 0.1% false-positive rate under the null). Negative control: the
+    same test rejects the same drafter under a rule that keeps every draft token of the first branch."""
     target, _, head = llama
     ar_runs = [generate(target, p, 30, sampling=GREEDY).tokens for p in PROMPTS]
     picked = sorted({t for r in ar_runs for t in r})
@@ -265,6 +266,12 @@ def test_truncated_vocab_stays_lossless(llama, tree):
     ar_t = [generate(target, [3, 1, 4], 5, sampling=T1, seed=s).tokens[4] for s in range(800)]
     sd_t = [generate(target, [3, 1, 4], 5, drafter=d, sampling=T1, seed=10**6 + s).tokens[4] for s in range(800)]
     assert chi2_two_sample(ar_t, sd_t).p > 1e-3
+    bad = KeepFirstBranch()
+    bad_t = [
+        generate(target, [3, 1, 4], 5, drafter=d, sampling=T1, seed=10**6 + s, acceptor=bad).tokens[4]
+        for s in range(800)
+    ]
+    assert chi2_two_sample(ar_t, bad_t).p < 1e-3
     with pytest.raises(ValueError, match="vocab"):
         FeatureDrafter(target, head, vocab=[1, 1, 2])
     with pytest.raises(ValueError, match="vocab"):
