@@ -230,8 +230,8 @@ def stop_held(text: str, stops: list[str]) -> int:
 class Choice:
     """One choice of a response: its engine request, the text decoded so far, where a stop sequence cut it."""
 
-    def __init__(self, index: int, req, prompt: list[int], params: Params):
-        self.index, self.req, self.prompt, self.params = index, req, prompt, params
+    def __init__(self, index: int, req, params: Params):
+        self.index, self.req, self.params = index, req, params
         self.tokens: list[int] = []  # what the engine accepted, up to a stop sequence's end
         self.stopped = False
         self.done = False
@@ -240,13 +240,14 @@ class Choice:
     def add(self, lm, new: list[int]) -> None:
         """Take accepted tokens; at a stop sequence keep the fewest tokens whose text holds it and stop."""
         stops = self.params.stops
-        for t in new if stops else ():
+        if not stops:
+            self.tokens += new
+            return
+        for t in new:
             self.tokens.append(t)
             if stop_cut(lm.decode(self.tokens), stops) is not None:
                 self.stopped = self.done = True
                 return
-        if not stops:
-            self.tokens += new
 
     def text(self, lm) -> str:
         text = lm.decode(self.tokens)
@@ -309,7 +310,7 @@ def build_app(engine: Engine, model_name: str):
                     loop.call_soon_threadsafe(events.put_nowait, (index, kind, payload))
 
                 req = engine.submit(ids, params.max_tokens, params.sampling, params.seed + i, notify)
-                choices.append(Choice(index, req, ids, params))
+                choices.append(Choice(index, req, params))
         return choices
 
     async def next_event(choices: list[Choice], events: asyncio.Queue) -> Choice:
