@@ -9,8 +9,9 @@
     GET  /v1/models, /health, /stats (the engine's step log since start)
 
 Any OpenAI client works: `openai.OpenAI(base_url="http://127.0.0.1:8000/v1", api_key="none")`. Each choice is
-offline `generate` of its prompt with the same sampling and seed, cut at the first stop sequence (the stop
-left out, its tokens counted up to the fewest that hold it): speculation changes none of it. Streaming
+offline `generate` of its prompt with the same drafter, sampling and seed, cut at the first stop sequence
+(the stop left out, its tokens counted up to the fewest that hold it); on the float32 backend that is plain
+decoding's output too (on int8 ones a verify pass may round a near tie differently). Streaming
 sends server-sent events, one chunk per accepted block of tokens (text that may begin a stop sequence held
 back), then `data: [DONE]`; with `stream_options: {"include_usage": true}` the last chunk carries the usage.
 Bad requests (malformed JSON, unknown model, a prompt over the context, max_tokens < 1, a parameter the
@@ -376,7 +377,7 @@ def build_app(engine: Engine, model_name: str):
                 "model": model_name,
                 "choices": [choice(c, c.text(lm), c.finish_reason(), delta=False) for c in choices],
                 "usage": usage(),
-                "speclib": {  # what speculation did for this request (None: nothing was drafted)
+                "speclib": {  # what speculation did for the choices that ran to their end (None: nothing drafted)
                     "steps": len(steps),
                     "acceptance_rate": sum(s["accepted"] for s in steps) / drafted if drafted else None,
                 },
