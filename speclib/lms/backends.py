@@ -9,6 +9,8 @@ shipped Llama checkpoint behind reset / extend / commit, so notebook 05 can time
     torch-mkl       the same with plain F.linear projections (MKL on CPU): same numbers, slower few-row products
     torch-bf16      the same with bf16 weights and activations
     torch-int8      torch.ao dynamic int8 on every Linear (weights int8, activation scales per call)
+    torch-w8a8      int8 weights per channel, int8 activations per token, int32 products, float64 attention:
+                    a token's logits do not depend on its pass (speclib.lms.w8a8), so greedy SD = AR
     torch-compile   torch.compile (inductor) of the same forward, dynamic shapes
     onnx            ONNX Runtime, fp32: our export of the same forward, KV cache in and out
     onnx-int8       the same graph with MatMul weights dynamically quantized to int8 by ONNX Runtime
@@ -60,6 +62,7 @@ BACKENDS = {
         Backend("torch-mkl", "torch eager fp32, projections through F.linear (MKL on cpu), no reordered weights"),
         Backend("torch-bf16", "torch eager, bf16 weights and activations"),
         Backend("torch-int8", "torch.ao dynamic int8 on every Linear (cpu only)"),
+        Backend("torch-w8a8", "int8 per channel x int8 per token, exact int32 products: batch-invariant (cpu only)"),
         Backend("torch-compile", "torch.compile (inductor), dynamic shapes; first calls compile"),
         Backend("onnx", "ONNX Runtime fp32 with a KV cache", _ONNX, "pip install 'speclib[onnx]'"),
         Backend(
@@ -122,6 +125,10 @@ def build(base: LlamaLM, name: str) -> LM:
             warnings.simplefilter("ignore")
             model = quantize_dynamic(base.model, {torch.nn.Linear}, dtype=torch.qint8)
         return LlamaLM(model, base.tokenizer, base.device, base.path)
+    if name == "torch-w8a8":
+        from speclib.lms.w8a8 import W8A8LM, quantize
+
+        return W8A8LM(quantize(base.model), base.tokenizer, base.device, base.path)
     if name == "torch-mkl":
         base.packed = False
         return base

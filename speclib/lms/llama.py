@@ -96,7 +96,7 @@ class LlamaLM(HFLM):
         """Another LlamaLM over the same weights with its own KV cache and decoding state (one per request
         in a batch: `extend_batch`, `speclib.core.generate.generate_batch`, the server's engine), or a
         self-draft running only `layers`. Unset arguments keep this LM's layers and exit; exit=None drops it."""
-        out = LlamaLM(
+        out = type(self)(
             self.model,
             self.tokenizer,
             self.device,
