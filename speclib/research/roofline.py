@@ -12,11 +12,15 @@ the two the fastest one-token forward a model's weights allow.
   path runs 4 rows faster than 1 or 3, T(n) is not monotone.
 - `model_footprint`: a Llama's parameters and FLOPs per token from its config, and its weight bytes in each
   format speclib runs (float32, bfloat16, int8 with a float scale per row, GGUF q4_0's 4.5 bits).
+- `backend_passes`: T(n) of a model on each of speclib's backends, side by side, against its format's bound;
+  `exactness`: on chat requests, whether greedy prompt lookup keeps each backend's plain-decoding answers,
+  and both loops' tokens/s.
 
 Timing is `speclib.core.device.clock` on `threads` torch threads; run it with nothing else on the cores.
 
     python -m speclib roofline --threads 1 2
     python -m speclib roofline --threads 1 --widths 576 49152     # SmolLM2's LM head, widths 1-8
+    python -m speclib roofline --threads 2 --backends torch torch-int8 torch-w8a8 openvino-int8 llamacpp-q4_0
 """
 
 from __future__ import annotations
@@ -30,6 +34,25 @@ import torch
 from speclib.core import device
 
 BITS = {"float32": 32, "bfloat16": 16, "int8": 8, "q4_0": 4.5}  # q4_0: 32 4-bit weights and one fp16 scale
+FORMAT = {
+    "torch-bf16": "bfloat16",
+    "llamacpp-f16": "bfloat16",
+    "llamacpp-q4_0": "q4_0",
+}  # else by name (f16 reads as 16-bit)
+CHAT_REQUESTS = [
+    "Write a Python function that reverses a string, then explain it.",
+    "Translate into English: Der Hund spielt im Garten mit dem Ball.",
+    "List three facts about the Moon.",
+    "Summarize: The meeting moved the launch to May because the tests failed twice.",
+    "Explain what a hash map is to a ten-year-old.",
+    "Give me a recipe for pancakes.",
+]
+
+
+def weight_format(backend: str) -> str:
+    if backend in FORMAT:
+        return FORMAT[backend]
+    return "int8" if backend.endswith(("int8", "w8a8", "q8_0")) else "float32"
 
 
 def _timed(run, repeats: int) -> list[float]:
@@ -161,12 +184,56 @@ def bounds(footprint: dict, bw: pd.DataFrame, tp: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def backend_passes(lms: dict, widths=(1, 2, 4, 8, 16), rounds: int = 3, repeats: int = 10) -> pd.DataFrame:
+    """T(n) in seconds of each backend's LM ({backend: lm}), all timed round-robin in each of `rounds` rounds
+    (`bench.latencies`, a 128-token prefix): the median of the rounds' medians, and their min and max."""
+    from speclib.research import bench
+
+    cases = [(b, n) for b in lms for n in widths]
+    per_round = [bench.latencies([(lms[b], n) for b, n in cases], repeats=repeats) for _ in range(rounds)]
+    rows = []
+    for i, (b, n) in enumerate(cases):
+        secs = [r[i] for r in per_round]
+        rows.append(dict(backend=b, n=n, format=weight_format(b), **_summary(secs)))
+    return pd.DataFrame(rows)
+
+
+def exactness(lms: dict, requests=CHAT_REQUESTS, max_new_tokens: int = 64, k: int = 4) -> pd.DataFrame:
+    """Per backend: greedy plain decoding and greedy prompt lookup (k tokens) on each chat request, how many
+    answers prompt lookup changed (it must change none: it is lossless only where a pass scores each token as a
+    one-token pass would), and the tokens/s of both loops over all requests."""
+    import time
+
+    from speclib.core.generate import generate
+    from speclib.core.sampling import Sampling
+    from speclib.drafters.cache import PromptLookupDrafter
+    from speclib.lms import pretrained
+
+    greedy, rows = Sampling(0.0), []
+    for b, lm in lms.items():
+        changed, secs, tokens = 0, {"AR": 0.0, "lookup": 0.0}, {"AR": 0, "lookup": 0}
+        for ask in requests:
+            ids, out = pretrained.chat_ids(lm, ask), {}
+            for name, drafter in (("AR", None), ("lookup", PromptLookupDrafter(3, k))):
+                t0 = time.perf_counter()
+                out[name] = generate(
+                    lm, ids, max_new_tokens, drafter=drafter, sampling=greedy, eos_token_id=None
+                ).tokens
+                secs[name] += time.perf_counter() - t0
+                tokens[name] += len(out[name])
+            changed += out["lookup"] != out["AR"]
+        rows.append(dict(backend=b, requests=len(requests), changed=changed,
+                         ar_tokens_per_s=tokens["AR"] / secs["AR"], lookup_tokens_per_s=tokens["lookup"] / secs["lookup"]))  # fmt: skip
+    return pd.DataFrame(rows)
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(prog="python -m speclib roofline", description=__doc__.split("\n\n")[0])
     p.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     p.add_argument("--megabytes", type=int, default=512, help="each STREAM array's size")
     p.add_argument("--model", default="smollm2-135m-instruct", help="a model of speclib.lms.pretrained, or none")
     p.add_argument("--widths", type=int, nargs=2, metavar=("K", "N"), help="only time a K x N linear at widths 1-8")
+    p.add_argument("--backends", nargs="+", help="also time the model on these backends (speclib.lms.backends)")
     a = p.parse_args(argv)
     if a.widths:
         t = pd.concat([linear_widths(*a.widths, threads=th) for th in a.threads], ignore_index=True)
@@ -188,7 +255,24 @@ def main(argv=None) -> None:
         fp = model_footprint(AutoConfig.from_pretrained(pretrained.materialize(a.model)))
         print(f"{a.model}: {fp['matmul_params'] / 1e6:.1f}M parameters multiplied per token, "
               f"{fp['flops_per_token'] / 1e6:.0f} MFLOP per token")  # fmt: skip
-        print(bounds(fp, bw, tp).assign(bound_ms=lambda d: d.bound_s * 1e3).round(3).to_string(index=False))
+        bd = bounds(fp, bw, tp)
+        print(bd.assign(bound_ms=lambda d: d.bound_s * 1e3).round(3).to_string(index=False))
+        if a.backends:
+            from speclib.lms.loading import load
+
+            with device.threads(max(a.threads)):
+                lms = {b: load(a.model, backend=b) for b in a.backends}
+                t = backend_passes(lms)
+                ex = exactness(lms)
+            bound = bd[bd.threads == max(a.threads)].set_index("format").bound_s
+            t1 = t[t.n == 1].set_index("backend")
+            print(
+                f"\nT(n) ms at {max(a.threads)} threads (median of 3 rounds of 10 passes; T(1) against its format's bound):"
+            )
+            print(t.assign(ms=lambda d: d["median"] * 1e3).pivot_table(index="backend", columns="n", values="ms", sort=False)
+                  .assign(x_bound=(t1["median"] / t1.format.map(bound)).round(1)).round(1).to_string())  # fmt: skip
+            print(f"\n{ex.requests.iloc[0]} chat requests, 64 greedy tokens, prompt lookup k = 4:")
+            print(ex.round(1).to_string(index=False))
 
 
 if __name__ == "__main__":
