@@ -224,3 +224,19 @@ def test_llamacpp_peer_prefills_every_prompt_whole(smol):
     longer = list(ids) + first + [int(t) for t in smol.tokenizer.encode(" And two more.")]
     cpp.generate(longer, 4)
     assert evaluated[0] == len(longer)
+
+
+@needs_smol
+@pytest.mark.skipif(importlib.util.find_spec("ctranslate2") is None, reason="ctranslate2 (make venv installs it)")
+def test_ctranslate2_peer_decodes_as_speclib_does_in_float32(smol):
+    """CTranslate2 on the same float32 weights: the same greedy tokens as speclib's AR, its cap and EOS kept."""
+    from speclib.core.generate import generate
+    from speclib.core.sampling import Sampling
+    from speclib.research import peers
+
+    ct2 = peers.CTranslate2(smol, "float32", threads=1)
+    for ask, n in (("List three facts about the Moon.", 24), ("Say only the word yes.", 40)):
+        ids = pretrained.chat_ids(smol, ask)
+        got = ct2.generate(ids, n)
+        want = generate(smol, ids, n, sampling=Sampling(0.0)).tokens
+        assert got.tokens == want and len(want) <= n and got.stats.tokens_per_s > 0

@@ -5,6 +5,7 @@
     hf_assisted(lm, draft, ids, n, k)        transformers' assisted generation with a draft model (`assistant_model`)
     LlamaCpp(gguf).generate(ids, n)          llama.cpp (llama-cpp-python) greedy on a GGUF file
     LlamaCpp(gguf, lookup=(ngram, k))        ... with its prompt lookup drafter (`LlamaPromptLookupDecoding`)
+    CTranslate2(lm, "int8").generate(ids, n)  CTranslate2's greedy generator on the same weights (no speculation)
 
 Each returns a `Generation` with the new tokens, the wall time and, where the peer reports them, no
 per-step statistics (the steps list is empty: these loops do not expose their acceptance). All stop at
@@ -109,4 +110,36 @@ class LlamaCpp:
             out.append(int(tok))
             if len(out) >= max_new_tokens:
                 break
+        return _generation(out, clock(torch.device("cpu")) - t0)
+
+
+class CTranslate2:
+    """CTranslate2's greedy generator on a transformers Llama's weights, converted once into
+    build/backends/<weights>/ct2-<compute_type> (`int8` quantizes the weights per row, `float32` keeps them).
+    It has no speculative mode: the peer for plain decoding on a fast CPU runtime."""
+
+    def __init__(self, lm, compute_type: str = "int8", threads: int | None = None, eos_token_id: int | None = None):
+        import ctranslate2
+        from ctranslate2.converters import TransformersConverter
+
+        from speclib.lms.backends import CACHE, _weights_key
+
+        out = CACHE / _weights_key(lm) / f"ct2-{compute_type}"
+        if not (out / "model.bin").exists():
+            tmp = out.with_name(out.name + ".tmp")
+            TransformersConverter(str(lm.path)).convert(str(tmp), quantization=compute_type, force=True)
+            tmp.replace(out)
+        n = threads or torch.get_num_threads()
+        self.generator = ctranslate2.Generator(str(out), device="cpu", compute_type=compute_type, intra_threads=n)
+        self.tokenizer = lm.tokenizer
+        self.eos = lm.tokenizer.eos_token_id if eos_token_id is None else eos_token_id  # -1: never stop early
+
+    def generate(self, prompt_ids, max_new_tokens: int) -> Generation:
+        toks = self.tokenizer.convert_ids_to_tokens(list(prompt_ids))
+        t0 = clock(torch.device("cpu"))
+        r = self.generator.generate_batch(
+            [toks], max_length=max_new_tokens, sampling_topk=1, include_prompt_in_result=False, return_end_token=True,
+            end_token=[] if self.eos is None or self.eos < 0 else [self.tokenizer.convert_ids_to_tokens(self.eos)],
+        )  # fmt: skip
+        out = list(r[0].sequences_ids[0])
         return _generation(out, clock(torch.device("cpu")) - t0)

@@ -227,6 +227,37 @@ def exactness(lms: dict, requests=CHAT_REQUESTS, max_new_tokens: int = 64, k: in
     return pd.DataFrame(rows)
 
 
+def peer_rates(
+    lm, requests=CHAT_REQUESTS, max_new_tokens: int = 64, threads: int | None = None, eos_token_id: int | None = None
+) -> pd.DataFrame:
+    """The CPU runtimes' own loops on the same weights and requests (greedy): llama.cpp's plain decoding and its
+    prompt lookup (max n-gram 3, k = 4) on the q4_0 and q8_0 files speclib writes, and CTranslate2's generator
+    in int8 and float32, each where installed; tokens/s over all requests, one run each. eos_token_id: as the
+    peers take it (None: the model's; -1: decode to max_new_tokens)."""
+    import importlib.util
+
+    from speclib.lms import backends, pretrained
+    from speclib.research import peers
+
+    loops = {}
+    if importlib.util.find_spec("llama_cpp"):
+        for q in ("q4_0", "q8_0"):
+            f = backends.export_gguf(lm, q)
+            loops[f"llama.cpp {q} AR"] = peers.LlamaCpp(f, threads=threads, eos_token_id=eos_token_id)
+            loops[f"llama.cpp {q} prompt lookup"] = peers.LlamaCpp(
+                f, threads=threads, lookup=(3, 4), eos_token_id=eos_token_id
+            )
+    if importlib.util.find_spec("ctranslate2"):
+        for ct in ("int8", "float32"):
+            loops[f"ctranslate2 {ct} AR"] = peers.CTranslate2(lm, ct, threads=threads, eos_token_id=eos_token_id)
+    rows = []
+    for name, peer in loops.items():
+        runs = [peer.generate(pretrained.chat_ids(lm, ask), max_new_tokens) for ask in requests]
+        n, secs = sum(len(g.tokens) for g in runs), sum(g.stats.seconds for g in runs)
+        rows.append(dict(peer=name, requests=len(requests), tokens=n, tokens_per_s=n / secs))
+    return pd.DataFrame(rows)
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(prog="python -m speclib roofline", description=__doc__.split("\n\n")[0])
     p.add_argument("--threads", type=int, nargs="+", default=[1, 2])
@@ -264,6 +295,7 @@ def main(argv=None) -> None:
                 lms = {b: load(a.model, backend=b) for b in a.backends}
                 t = backend_passes(lms)
                 ex = exactness(lms)
+                peer = peer_rates(load(a.model), eos_token_id=-1)  # -1: no EOS stop, as `exactness` decodes
             bound = bd[bd.threads == max(a.threads)].set_index("format").bound_s
             t1 = t[t.n == 1].set_index("backend")
             print(
@@ -273,6 +305,8 @@ def main(argv=None) -> None:
                   .assign(x_bound=(t1["median"] / t1.format.map(bound)).round(1)).round(1).to_string())  # fmt: skip
             print(f"\n{ex.requests.iloc[0]} chat requests, 64 greedy tokens, prompt lookup k = 4:")
             print(ex.round(1).to_string(index=False))
+            print("\nthe runtimes' own loops on the same requests:")
+            print(peer.round(1).to_string(index=False))
 
 
 if __name__ == "__main__":
