@@ -10,8 +10,8 @@
 
 Any OpenAI client works: `openai.OpenAI(base_url="http://127.0.0.1:8000/v1", api_key="none")`. Each choice is
 offline `generate` of its prompt with the same drafter, sampling and seed, cut at the first stop sequence
-(the stop left out, its tokens counted up to the fewest that hold it); on the float32 backend that is plain
-decoding's output too (on int8 ones a verify pass may round a near tie differently). Streaming
+(the stop left out, its tokens counted up to the fewest that hold it); on the float32 and torch-w8a8 backends
+that is plain decoding's output too (on the other int8 ones a verify pass may round a near tie differently). Streaming
 sends server-sent events, one chunk per accepted block of tokens (text that may begin a stop sequence held
 back), then `data: [DONE]`; with `stream_options: {"include_usage": true}` the last chunk carries the usage.
 Bad requests (malformed JSON, unknown model, a prompt over the context, max_tokens < 1, a parameter the
@@ -435,7 +435,8 @@ def main(argv=None) -> int:
     ap.add_argument(
         "--backend",
         default="torch",
-        help="the target's runtime (a Llama checkpoint): torch, torch-int8, torch-bf16, onnx-int8, llamacpp-q8_0, ... "
+        help="the target's runtime (a Llama checkpoint): torch, torch-w8a8 (int8, exact), torch-int8, torch-bf16, "
+        "onnx-int8, openvino-int8, llamacpp-q8_0, ... "
         "(speclib.lms.backends; batched verification on the torch ones, one request at a time on the others)",
     )
     ap.add_argument("--max-batch", type=int, default=4)
