@@ -350,6 +350,11 @@ def test_a_new_machine_continues_from_the_committed_weights(tmp_path):
     assert (tmp_path / "state" / "tokens-1000").exists() and not (tmp_path / "state" / "tokens-500").exists()
     assert committed_progress(new_head(target, "tiny"), out, tmp_path / "state") is None  # state.pt now there
     assert committed_progress(new_head(target, "other"), out, tmp_path / "elsewhere") is None
+    wide = new_head(target, "tiny", ff=3 * target.hidden_size)  # a wider MLP than the committed head's
+    assert wide.config["intermediate_size"] == 3 * target.hidden_size != head.config["intermediate_size"]
+    assert wide.layer.gate.out_features == 3 * target.hidden_size
+    with pytest.raises(ValueError, match="MLP width"):
+        committed_progress(wide, out, tmp_path / "elsewhere")
 
 
 def test_frozen_parts_finds_each_architectures_final_norm():

@@ -100,9 +100,10 @@ class FeatureHead(nn.Module):
         return self.inp(torch.cat([self.fuse(feature) if fused else feature, emb], -1))
 
 
-def new_head(target, name: str | None = None, layers=None, seed: int = 0) -> FeatureHead:
+def new_head(target, name: str | None = None, layers=None, seed: int = 0, ff: int | None = None) -> FeatureHead:
     """A freshly initialised head for `target` (a `speclib.core.protocols.FeatureLM`). layers: the hidden
-    states it reads (default low / middle / high: L//4, L//2 and the final normed state L)."""
+    states it reads (default low / middle / high: L//4, L//2 and the final normed state L); ff: its MLP's
+    width (default the target's intermediate size; its hidden size is always the target's)."""
     cfg = target._text_config()
     L = target.num_layers
     layers = tuple(layers) if layers is not None else (max(1, L // 4), max(1, L // 2), L)
@@ -111,7 +112,7 @@ def new_head(target, name: str | None = None, layers=None, seed: int = 0) -> Fea
         dict(
             hidden_size=target.hidden_size,
             num_heads=cfg.num_attention_heads,
-            intermediate_size=cfg.intermediate_size,
+            intermediate_size=ff or cfg.intermediate_size,
             vocab_size=target.vocab_size,
             feature_layers=list(layers),
             rms_eps=float(cfg.rms_norm_eps),

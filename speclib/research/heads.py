@@ -242,13 +242,16 @@ def train_head(
     corpus: str = "chat_data",
     answer_tokens: int | None = None,
     snapshots=(),
+    ff: int | None = None,
+    n_eval: int = 16,
 ) -> Path:
     """Train (or resume) the head of a shipped target on the target's own training split (the preset's
     streams in `speclib.research.training`, its workload mix included) and write data/checkpoints/<target>-head/
     (or `out`) with a MODEL_CARD.md. State in build/train/<out name>/. A pretrained target
     (`speclib.lms.pretrained`) trains on its own chat answers: run `python -m speclib chat_data NAME` first.
     vocab: train over the `vocab` most frequent tokens of the training data only (config "train_vocab";
-    draft with `FeatureDrafter(vocab=frequent_tokens(token_counts(head), vocab))`)."""
+    draft with `FeatureDrafter(vocab=frequent_tokens(token_counts(head), vocab))`). ff: the head's MLP width
+    (`new_head`); n_eval: held-out windows of `seq` tokens per evaluation."""
     from speclib.lms import pretrained
     from speclib.lms.loading import load
     from speclib.research import chat_data, draft_corpus
@@ -272,7 +275,7 @@ def train_head(
         train_s, held_s = training.streams(target_name, lm.tokenizer)
     else:
         train_s, held_s = training.token_stream("train", lm.tokenizer), training.token_stream("heldout", lm.tokenizer)
-    head = new_head(lm, Path(target_name).name, layers, seed)
+    head = new_head(lm, Path(target_name).name, layers, seed, ff)
     start = committed_progress(head, out, training.STATE / out.name)
     seen = np.concatenate([train_s] + ([extra] if extra is not None else [])).astype(np.int64)
     counts = np.bincount(seen, minlength=head.config["vocab_size"]).astype(np.int64)
@@ -302,6 +305,7 @@ def train_head(
         rows=rows,
         snapshots=snapshots,
         start=start,
+        n_eval=n_eval,
         log=lambda m: print(m, flush=True),
     )
     save_head(head, out)
@@ -338,8 +342,14 @@ def committed_progress(head: FeatureHead, out: Path, state_dir: Path) -> dict | 
     record = out / "training.json"
     if (state_dir / "state.pt").exists() or not record.exists():
         return None
-    if json.loads((out / "config.json").read_text()).get("target") != head.config.get("target"):
+    committed = json.loads((out / "config.json").read_text())
+    if committed.get("target") != head.config.get("target"):
         return None
+    if committed.get("intermediate_size") != head.config["intermediate_size"]:
+        raise ValueError(
+            f"the head committed in {out} has MLP width {committed.get('intermediate_size')}, this run asks for "
+            f"{head.config['intermediate_size']}: give the same --ff, or another --out"
+        )
     head.load_state_dict(load_head(out).state_dict())
     return json.loads(record.read_text())
 

@@ -338,6 +338,8 @@ def main(argv=None):
     h.add_argument("--batch", type=int, default=8)
     h.add_argument("--seq", type=int, default=256)
     h.add_argument("--unroll", type=int, default=3, help="draft steps unrolled in training")
+    h.add_argument("--ff", type=int, default=None, help="the head's MLP width (default the target's)")
+    h.add_argument("--eval-windows", type=int, default=16, help="held-out windows of --seq tokens per evaluation")
     h.add_argument("--lr", type=float, default=1e-3)
     h.add_argument(
         "--autocast",
@@ -410,6 +412,8 @@ def main(argv=None):
                 corpus=a.corpus,
                 answer_tokens=a.answer_tokens,
                 snapshots=_counts(a.snapshots),
+                ff=a.ff,
+                n_eval=a.eval_windows,
             )
         )
     else:
