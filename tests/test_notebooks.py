@@ -334,7 +334,11 @@ def test_05_backend_latency_smoke(smoke_run):
     assert (
         causes.set_index("config").K.sort_index().equals(chosen.sort_index())
     )  # one row per configuration, at the pilot's K
-    for name in ["latency", "predicted_vs_measured", "break_even"]:
+    passes, exact = pd.read_parquet(res / "real_passes.parquet"), pd.read_parquet(res / "real_exact.parquet")
+    assert set(passes.backend) == set(exact.backend) == {"torch", "torch-w8a8"}
+    assert passes.groupby("backend").n.apply(sorted).map(lambda n: n == [1, 2, 3, 4]).all()  # n = 1..K_MAX + 1
+    assert exact.set_index("backend").changed["torch-w8a8"] == 0  # the batch-invariant backend keeps AR's answers
+    for name in ["latency", "predicted_vs_measured", "break_even", "real_backends"]:
         assert (out / "figures" / f"05_backend_latency_{name}.png").stat().st_size > 10_000
 
 

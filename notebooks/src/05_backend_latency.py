@@ -42,7 +42,8 @@
 # beside the model's prediction, then checks the torch configuration against notebook 01. Section 3
 # splits each configuration's cost into drafting and verification to name the cause of a loss,
 # section 4 maps where in (α, c) each runtime can win at all, section 5 checks that the outputs
-# stayed the target's, and section 6 sets the result beside the seed study. Every number in the text
+# stayed the target's, section 6 sets the result beside the seed study, and section 7 repeats the question
+# on a real 135M-parameter model against this machine's memory-bandwidth limit. Every number in the text
 # under a table or figure is read from the results — this run's, or notebook 01's saved ones for the
 # comparison in section 2 — not typed in; only the seed study's numbers (section 6) are quoted.
 # Every step, table, figure and sentence built from the results is a function of
@@ -124,6 +125,21 @@ THREADS = 1  # every runtime gets the same number of CPU threads (1: see section
 THREAD_COUNTS = [1, 2]  # section 1b: torch's T(n) at each thread count (capped at the CPUs available)
 THREAD_ROUNDS = 3  # section 1b: interleaved rounds per thread count
 SKIP_MISSING = False  # True: drop backends that are not installed or do not fit the model, and say so
+REAL_MODEL = "smollm2-135m-instruct"  # section 7: a real model on every backend (None: skip the section)
+REAL_BACKENDS = [
+    "torch",
+    "torch-int8",
+    "torch-w8a8",
+    "onnx",
+    "onnx-int8",
+    "openvino",
+    "openvino-int8",
+    "llamacpp-q8_0",
+    "llamacpp-q4_0",
+]
+REAL_THREADS = 2  # section 7 times every backend at this many threads (the machine's two cores)
+REAL_ROUNDS = 3  # section 7: round-robin rounds of every (backend, n) case
+REAL_REPEATS = 6  # section 7: timed passes per case and round
 RESULTS = "auto"  # auto: reuse results saved with these parameters, else compute; "recompute"; "reuse"
 PUBLISH = False  # True: a run with non-default parameters also replaces data/results and figures/
 
@@ -135,8 +151,9 @@ from IPython.display import Markdown, display
 
 import speclib
 from speclib import Sampling
-from speclib.research import data
+from speclib.research import data, roofline
 from speclib.research.studies import backend_latency as bl
+from speclib.research.studies import real_backends
 from speclib.workbook import results
 from speclib.workbook.plotting import savefig, style
 from speclib.workbook.provenance import Calibration
@@ -146,6 +163,7 @@ if SMOKE:  # one backend per runtime family, or fewer where BACKENDS names fewer
     BACKENDS, CONFIGS = bl.smoke_backends(BACKENDS)
     N_MAX, PREFIXES, REPEATS, K_MAX, MAX_NEW_TOKENS = 4, [128], 3, 3, 24
     N_PILOT, N_PROMPTS, ROUNDS, THREAD_ROUNDS = 1, 2, 1, 2
+    REAL_MODEL, REAL_BACKENDS, REAL_ROUNDS, REAL_REPEATS = "code-target", ["torch", "torch-w8a8"], 1, 2
     if not SKIP_MISSING:
         print("SMOKE: backends that cannot run here are skipped (SMOKE implies SKIP_MISSING = True)")
         SKIP_MISSING = True
@@ -482,6 +500,44 @@ display(Markdown(bl.agreement_prose(agree)))
 seed_tbl = bl.seed_comparison(best)
 results.save(seed_tbl.assign(**meta), f"{NB}/seed_comparison")
 display(seed_tbl)
+
+# %% [markdown]
+# ## 7 · A real model on every backend, against the machine's limit
+# **Question.** Sections 1–6 time a 27M-parameter model, whose passes are mostly per-call overhead. Does the
+# picture hold for a real instruct model (`REAL_MODEL`, SmolLM2-135M-Instruct by default), how far is each
+# runtime from the fastest pass this machine allows, and where can speculation pay on each?
+#
+# **How.** One step measures the machine first: a STREAM-like copy over 512 MB arrays gives the memory
+# bandwidth, and products at a decode shape give the arithmetic rate per number format
+# (`speclib.research.roofline`). A one-token pass must read every weight once, so its bound is the weights'
+# bytes over the bandwidth, or their multiply-adds over the arithmetic rate if that takes longer. Then the
+# model's T(n) on each backend in `REAL_BACKENDS`, all timed round-robin at `REAL_THREADS` threads, and on six
+# chat requests (64 greedy tokens each) both plain decoding and prompt lookup (k = 4) on each backend, with
+# how many answers prompt lookup changed: it must change none, and changes some where a pass over several
+# tokens rounds differently from one-token passes.
+#
+# **How to read it.** Left: T(n) per backend, with each weight format's bound dashed. Right: the smallest
+# per-token acceptance at which a free draft (c = 0, as prompt lookup) breaks even under the analytic model
+# with the backend's measured v(K), the best K up to `K_MAX`; the table adds the same for a draft that costs a
+# tenth of a target pass (c = 0.1). A backend whose wide passes cost in proportion to their tokens needs
+# drafts that are nearly always right.
+
+# %%
+if REAL_MODEL:
+    real = study.step(
+        "real_backends",
+        lambda: real_backends.measure(
+            REAL_MODEL, REAL_BACKENDS, range(1, K_MAX + 2), REAL_ROUNDS, REAL_REPEATS, REAL_THREADS,
+            16 if SMOKE else 512, roofline.CHAT_REQUESTS[: 2 if SMOKE else 6],
+            meta | dict(target=REAL_MODEL, draft=None, threads=REAL_THREADS),
+        ),
+        uses=["REAL_MODEL", "REAL_BACKENDS", "K_MAX", "REAL_ROUNDS", "REAL_REPEATS", "REAL_THREADS"],
+    )  # fmt: skip
+    real_tab = real_backends.table(real, KS)
+    savefig(real_backends.figure(real, real_tab, REAL_MODEL), f"{NB}_real_backends")
+    plt.show()
+    display(real_tab.round(3))
+    display(Markdown(real_backends.prose(real_tab)))
 
 # %% [markdown]
 # ### This run's steps

@@ -198,6 +198,13 @@ def backend_passes(lms: dict, widths=(1, 2, 4, 8, 16), rounds: int = 3, repeats:
     return pd.DataFrame(rows)
 
 
+def request_ids(lm, text: str) -> list[int]:
+    """A request's prompt: through the model's chat template where it has one, else its plain encoding."""
+    from speclib.lms import pretrained
+
+    return pretrained.chat_ids(lm, text) if getattr(lm.tokenizer, "chat_template", None) else lm.encode(text)
+
+
 def exactness(lms: dict, requests=CHAT_REQUESTS, max_new_tokens: int = 64, k: int = 4) -> pd.DataFrame:
     """Per backend: greedy plain decoding and greedy prompt lookup (k tokens) on each chat request, how many
     answers prompt lookup changed (it must change none: it is lossless only where a pass scores each token as a
@@ -207,13 +214,12 @@ def exactness(lms: dict, requests=CHAT_REQUESTS, max_new_tokens: int = 64, k: in
     from speclib.core.generate import generate
     from speclib.core.sampling import Sampling
     from speclib.drafters.cache import PromptLookupDrafter
-    from speclib.lms import pretrained
 
     greedy, rows = Sampling(0.0), []
     for b, lm in lms.items():
         changed, secs, tokens = 0, {"AR": 0.0, "lookup": 0.0}, {"AR": 0, "lookup": 0}
         for ask in requests:
-            ids, out = pretrained.chat_ids(lm, ask), {}
+            ids, out = request_ids(lm, ask), {}
             for name, drafter in (("AR", None), ("lookup", PromptLookupDrafter(3, k))):
                 t0 = time.perf_counter()
                 out[name] = generate(
@@ -236,7 +242,7 @@ def peer_rates(
     peers take it (None: the model's; -1: decode to max_new_tokens)."""
     import importlib.util
 
-    from speclib.lms import backends, pretrained
+    from speclib.lms import backends
     from speclib.research import peers
 
     loops = {}
@@ -252,7 +258,7 @@ def peer_rates(
             loops[f"ctranslate2 {ct} AR"] = peers.CTranslate2(lm, ct, threads=threads, eos_token_id=eos_token_id)
     rows = []
     for name, peer in loops.items():
-        runs = [peer.generate(pretrained.chat_ids(lm, ask), max_new_tokens) for ask in requests]
+        runs = [peer.generate(request_ids(lm, ask), max_new_tokens) for ask in requests]
         n, secs = sum(len(g.tokens) for g in runs), sum(g.stats.seconds for g in runs)
         rows.append(dict(peer=name, requests=len(requests), tokens=n, tokens_per_s=n / secs))
     return pd.DataFrame(rows)
