@@ -230,7 +230,7 @@ def test_smoke_sweep_of_a_workbook_notebook(tmp_path):
     checked on the probe notebook (TestOnOneLocalRay); a second real point would only add a minute."""
     import ray
 
-    fixed = {"SMOKE": True, "BACKENDS": ["torch", "serial:torch"]}
+    fixed = {"SMOKE": True, "BACKENDS": ["torch", "serial:torch"], "REAL_MODEL": ""}  # "": no section 7
     runs = sweep.run_sweep(
         REPO / "notebooks" / "05_backend_latency.ipynb",
         {"SEED": [1]},

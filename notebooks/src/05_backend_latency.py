@@ -125,7 +125,7 @@ THREADS = 1  # every runtime gets the same number of CPU threads (1: see section
 THREAD_COUNTS = [1, 2]  # section 1b: torch's T(n) at each thread count (capped at the CPUs available)
 THREAD_ROUNDS = 3  # section 1b: interleaved rounds per thread count
 SKIP_MISSING = False  # True: drop backends that are not installed or do not fit the model, and say so
-REAL_MODEL = "smollm2-135m-instruct"  # section 7: a real model on every backend (None: skip the section)
+REAL_MODEL = "smollm2-135m-instruct"  # section 7: a real model on every backend ("": skip the section)
 REAL_BACKENDS = [
     "torch",
     "torch-int8",
