@@ -2,10 +2,11 @@
 
 Greedy speculation is lossless only if the verify pass over n tokens gives each token the logits a one-token
 pass would. torch.ao's dynamic int8 (backend "torch-int8") does not: it scales the activations of the whole
-pass by one number, so a token's logits change with the other tokens in its pass (up to 6 logits on SmolLM2),
+pass by one number, so a token's logits change with the other tokens in its pass (up to 8 logits on SmolLM2),
 and near-ties flip. Here every product is batch-invariant by construction:
 
-- weights int8 per output channel, activations int8 per row (token), products in int32 (`torch._int_mm`):
+- weights int8 per output channel, activations int8 per row (token), products in int32 (oneDNN's quantized
+  linear; `torch._int_mm` is its twin):
   integer sums are exact, so a row's result cannot depend on the other rows or on the kernel that ran it;
 - attention in float64 over a float64 KV cache, rounded to float32 at its output: the kernels' row-count
   dependent rounding (about 1e-16 relative) almost never reaches a float32 rounding boundary;
