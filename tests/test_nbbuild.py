@@ -40,3 +40,16 @@ def test_notebook_sets_its_torch_threads(src: Path):
     instead of 100 s. Every notebook sets its threads (speclib.core.device.set_threads, or torch directly)."""
     code = src.read_text()
     assert "set_threads(" in code or "torch.set_num_threads(" in code
+
+
+@pytest.mark.parametrize("src", SOURCES, ids=lambda p: p.stem)
+def test_notebook_reads_as_prose(src: Path):
+    """The shape the notebooks are held to (tools/notebook_shape.py prints it): no more code than 1.5 times
+    the markdown, no code cell over 40 lines besides the parameters cell, no function defined in a notebook
+    (logic lives in speclib, written once)."""
+    import notebook_shape
+
+    s = notebook_shape.shape(src)
+    assert s["ratio"] <= 1.5, s
+    assert s["cells_over_40"] == 0, s
+    assert s["defs"] == 0, s

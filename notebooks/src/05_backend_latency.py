@@ -90,29 +90,15 @@ DEVICE = "auto"  # torch backends; auto: cuda, then mps, then cpu
 TARGET = "code-target"  # any causal LM (name, folder or hub id); every runtime but torch and serial:torch
 DRAFT = "code-draft"  # runs speclib's own Llama forward: another architecture needs SKIP_MISSING = True
 BACKENDS = [
-    "torch",
-    "torch-bf16",
-    "torch-int8",
-    "torch-compile",
-    "onnx",
-    "onnx-int8",
-    "llamacpp-f16",
-    "llamacpp-q8_0",
-    "llamacpp-q4_0",
-    "serial:torch",
-]
+    "torch", "torch-bf16", "torch-int8", "torch-compile", "onnx", "onnx-int8",
+    "llamacpp-f16", "llamacpp-q8_0", "llamacpp-q4_0", "serial:torch",
+]  # fmt: skip
 # (target backend, draft backend) pairings for end-to-end decoding
 CONFIGS = [
-    ["torch", "torch"],
-    ["onnx", "llamacpp-q8_0"],
-    ["onnx-int8", "onnx-int8"],
-    ["torch-int8", "torch-int8"],
-    ["torch-bf16", "torch-bf16"],
-    ["llamacpp-f16", "llamacpp-q8_0"],
-    ["llamacpp-q4_0", "llamacpp-q4_0"],
-    ["llamacpp-q4_0", "torch"],
-    ["serial:torch", "llamacpp-q8_0"],
-]
+    ["torch", "torch"], ["onnx", "llamacpp-q8_0"], ["onnx-int8", "onnx-int8"], ["torch-int8", "torch-int8"],
+    ["torch-bf16", "torch-bf16"], ["llamacpp-f16", "llamacpp-q8_0"], ["llamacpp-q4_0", "llamacpp-q4_0"],
+    ["llamacpp-q4_0", "torch"], ["serial:torch", "llamacpp-q8_0"],
+]  # fmt: skip
 N_MAX = 16  # tokens per pass, 1..N_MAX
 PREFIXES = [128, 512]  # cached prefix lengths
 REPEATS = 20  # timed passes per case (after 5 warm-up passes)
@@ -127,16 +113,9 @@ THREAD_ROUNDS = 3  # section 1b: interleaved rounds per thread count
 SKIP_MISSING = False  # True: drop backends that are not installed or do not fit the model, and say so
 REAL_MODEL = "smollm2-135m-instruct"  # section 7: a real model on every backend ("": skip the section)
 REAL_BACKENDS = [
-    "torch",
-    "torch-int8",
-    "torch-w8a8",
-    "onnx",
-    "onnx-int8",
-    "openvino",
-    "openvino-int8",
-    "llamacpp-q8_0",
+    "torch", "torch-int8", "torch-w8a8", "onnx", "onnx-int8", "openvino", "openvino-int8", "llamacpp-q8_0",
     "llamacpp-q4_0",
-]
+]  # fmt: skip
 REAL_THREADS = 2  # section 7 times every backend at this many threads (the machine's two cores)
 REAL_ROUNDS = 3  # section 7: round-robin rounds of every (backend, n) case
 REAL_REPEATS = 6  # section 7: timed passes per case and round

@@ -67,6 +67,16 @@
 # None the long answers (20 minutes less). The
 # whole benchmark is `-p PER_TASK None` (about ten times as long).
 
+# %% [markdown]
+# **Parameters** (`-p NAME VALUE` on the command line). The trained drafts: `HEAD` and `DRAFT_MODEL` name a
+# feature head and a separate draft LM for `TARGET` (`python -m speclib chat_data TARGET`, then `python -m
+# speclib train head TARGET` or `train draft TARGET`; None leaves their rows out); `SELF_DRAFTS` lists the
+# target's own layer subsets (`speclib.drafters.layers.subset` kind and n), each given a trained exit adapter.
+# `EXIT_TEXT` "chat" trains the exits on SmolLM2's answers to `REST_ANSWERS` instructions, "prompts" on the
+# instructions alone. `REST_SOURCE` builds REST's datastore from the model's answers to instructions outside
+# Spec-Bench ("chat"), the instructions alone ("prompts") or Python source ("stdlib"). Section 10's snapshots
+# live in build/, which is not committed: `make snapshots` trains them (`train head ... --snapshots`).
+
 # %%
 SMOKE = False  # True: tiny sizes, the whole notebook in a few minutes on 2 CPU cores
 SEED = 0
@@ -79,61 +89,41 @@ LONG_MAX_NEW_TOKENS = 1024  # section 6 runs LONG_TASKS again at this cap, Spec-
 LONG_TASKS = ["summarization", "rag"]  # the tasks section 6 runs at LONG_MAX_NEW_TOKENS
 LOOKUP_GRID = [[2, 4], [2, 8], [3, 8], [2, 12]]  # prompt lookup (max n-gram, k) settings tried on the pilot
 SUFFIX_GRID = [8, 16]  # suffix tree: longest draft tried on the pilot
-HEAD = "smollm2-135m-instruct-head"  # a feature head for TARGET (name or folder): section 4's trained-draft rows;
-# None skips them. Train one: python -m speclib chat_data TARGET; python -m speclib train head TARGET
+HEAD = "smollm2-135m-instruct-head"  # a feature head for TARGET (name or folder): section 4's rows; None skips
 HEAD_KS = [2, 3, 4]  # the head's draft lengths tried on the pilot
-DRAFT_MODEL = "smollm2-draft"  # a separate draft LM with TARGET's tokenizer: section 4's draft-model rows; None
-# skips them. Train one: python -m speclib chat_data TARGET; python -m speclib train draft TARGET
+DRAFT_MODEL = "smollm2-draft"  # a separate draft LM with TARGET's tokenizer: section 4's rows; None skips
 DRAFT_KS = [3, 5]  # the draft model's chain lengths tried on the pilot
-SELF_DRAFTS = [["first_n", 8], ["first_n", 14], ["every_other", None]]  # TARGET's own layer subsets
-# (speclib.drafters.layers.subset kind and n), each with a trained exit adapter; [] skips the self-draft rows
+SELF_DRAFTS = [["first_n", 8], ["first_n", 14], ["every_other", None]]  # TARGET's own layers; [] skips
 SELF_KS = [1, 2]  # the self-draft's chain lengths tried on the pilot
 EXIT_STEPS = 400  # each exit adapter's training: at most this many steps ...
 EXIT_MINUTES = 4  # ... or minutes (untimed, on every CPU)
-EXIT_TEXT = "chat"  # the exits' training text: SmolLM2's answers to REST_ANSWERS instructions ("chat") or the
-# instructions alone ("prompts": no generation)
+EXIT_TEXT = "chat"  # the exits' training text: "chat" or "prompts"
 RECYCLING_NODES = [1, 2, 3, 5, 7, 11, 15]  # Token Recycling tree sizes; the cost model picks one (section 4)
 RECYCLING_TOP_K = 8  # candidates kept per token in Token Recycling's matrix
-REST_SOURCE = "chat"  # REST's datastore: the model's own answers to instructions outside Spec-Bench ("chat"), the
-REST_ANSWERS = 320  # instructions alone ("prompts") or Python source ("stdlib"); how many instructions
+REST_SOURCE = "chat"  # REST's datastore: "chat", "prompts" or "stdlib"
+REST_ANSWERS = 320  # instructions answered for the "chat" datastore and exits
 REST_NODES = [4, 8, 16]  # REST tree sizes tried on the pilot turns
 ES_DRAFT = False  # True: section 4's draft model (its k, FR-Spec where set) is HVD's alternative to a cache candidate
-LOOKAHEAD_GRID = [
-    [1, 2, 1],
-    [1, 3, 1],
-    [2, 3, 1],
-    [2, 3, 2],
-    [3, 3, 3],
-]  # Lookahead (window, n-gram, guesses) tried on the pilot turns
-CURVE_HEADS = [  # section 10: snapshots of one training run of the head on the target's own answers, then its export
+LOOKAHEAD_GRID = [[1, 2, 1], [1, 3, 1], [2, 3, 1], [2, 3, 2], [3, 3, 3]]  # Lookahead (window, n-gram, guesses)
+CURVE_HEADS = [  # section 10: snapshots of one training run of the head on the target's own answers, its export
     "build/train/smollm2-135m-instruct-corpus-head/tokens-100000",
     "build/train/smollm2-135m-instruct-corpus-head/tokens-300000",
     "build/train/smollm2-135m-instruct-corpus-head/tokens-1000000",
     "build/train/smollm2-135m-instruct-corpus-head/tokens-2000000",
     "build/train/smollm2-135m-instruct-corpus-head/tokens-2500000",
     "data/checkpoints/smollm2-135m-instruct-corpus-head",
-]  # build/ is not committed: `make snapshots` trains them (python -m speclib train head ... --snapshots)
-CURVE_DRAFTS = [  # the same for the distilled draft ([] skips it)
-    "build/train/smollm2-corpus-draft/tokens-100000",
-    "build/train/smollm2-corpus-draft/tokens-300000",
-    "build/train/smollm2-corpus-draft/tokens-1000000",
-    "build/train/smollm2-corpus-draft/tokens-2000000",
-    "data/checkpoints/smollm2-corpus-draft",
 ]
+CURVE_DRAFTS = [  # the same for the distilled draft ([] skips it)
+    "build/train/smollm2-corpus-draft/tokens-100000", "build/train/smollm2-corpus-draft/tokens-300000",
+    "build/train/smollm2-corpus-draft/tokens-1000000", "build/train/smollm2-corpus-draft/tokens-2000000",
+    "data/checkpoints/smollm2-corpus-draft",
+]  # fmt: skip
 CURVE_PER_TASK = 3  # held-out corpus prompts per task for section 10 (never trained on, none from Spec-Bench)
 CURVE_MAX_NEW_TOKENS = 64
 CURVE_K = 3  # draft length of every snapshot in section 10
 FR_VOCAB = 8192  # FR-Spec: the head drafts from the FR_VOCAB most frequent tokens (None: full vocabulary only)
 LATENCY_REPEATS = 15
-RUNTIMES = [
-    "torch",
-    "torch-mkl",
-    "torch-bf16",
-    "torch-int8",
-    "onnx",
-    "onnx-int8",
-    "llamacpp-gguf",
-]  # section 8 (speclib.lms.backends)
+RUNTIMES = ["torch", "torch-mkl", "torch-bf16", "torch-int8", "onnx", "onnx-int8", "llamacpp-gguf"]  # section 8
 RUNTIME_KS = [1, 2, 4, 8]  # prompt lookup lengths among which section 8 picks one per runtime, from the pilot turns
 RUNTIME_PER_TASK = 2  # section 8 times every runtime on the first RUNTIME_PER_TASK reported questions of each task
 CHI2_TOKENS = 9200  # tokens per method for the temperature-1 test (as notebook 01)
