@@ -11,6 +11,7 @@ import random
 
 import pytest
 import torch
+from conftest import KeepFirstBranch
 
 from speclib import ModelDrafter, Sampling, generate
 from speclib.lms.branches import BranchSkipLM
@@ -84,16 +85,24 @@ def test_permutation_chi_square_ar_vs_linear_subgraph_sd(model):
     1, LM head scaled by 6 so the distributions are peaked and the subgraph's differs from the target's.
     Tokens inside a run are dependent, so the chi-square statistic gets a paired permutation p-value over
     runs (999 permutations): asserting p > 1e-3 has a 0.1% false-positive rate under the null (lossless
-    drafting). Power: the same test must reject the subgraph's own samples (p < 1e-2)."""
+    drafting). Power: the same test must reject the subgraph's own samples (p < 1e-2), and (negative control)
+    the same SD under a wrong rule that keeps every draft token (p < 1e-2)."""
     sharp = copy.deepcopy(model)
     with torch.no_grad():
         sharp.lm_head.weight.mul_(6)
     target = StatefulLM(sharp, None, "cpu")
 
-    def runs(lm, make, seed0):
+    def runs(lm, make, seed0, acceptor=None):
         return [
             generate(
-                lm, [3, 1, 4], 16, drafter=make() if make else None, sampling=T1, seed=seed0 + s, eos_token_id=None
+                lm,
+                [3, 1, 4],
+                16,
+                drafter=make() if make else None,
+                sampling=T1,
+                seed=seed0 + s,
+                acceptor=acceptor,
+                eos_token_id=None,
             )
             for s in range(24)
         ]
@@ -106,6 +115,9 @@ def test_permutation_chi_square_ar_vs_linear_subgraph_sd(model):
     assert run_permutation_test(ar, [g.tokens for g in sd], n_perm=999, seed=0).p_permutation > 1e-3
     own = [g.tokens for g in runs(BranchSkipLM(target), None, 2 * 10**6)]
     assert run_permutation_test(ar, own, n_perm=999, seed=0).p_permutation < 1e-2
+    # negative control: the same SD under a rule that keeps every draft token (KeepFirstBranch on a chain)
+    kept = [g.tokens for g in runs(target, lambda: ModelDrafter(BranchSkipLM(target), 2), 10**6, KeepFirstBranch())]
+    assert run_permutation_test(ar, kept, n_perm=999, seed=0).p_permutation < 1e-2
 
 
 def test_other_layouts_are_clear_errors():

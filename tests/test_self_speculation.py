@@ -18,7 +18,7 @@ import random
 import numpy as np
 import pytest
 import torch
-from conftest import spread_hybrid, tiny_lm
+from conftest import KeepFirstBranch, spread_hybrid, tiny_lm
 from transformers import Qwen3_5ForCausalLM
 
 from speclib import Sampling, generate
@@ -234,16 +234,19 @@ def test_permutation_chi_square_ar_vs_subset_sd(model):
     distribution is far from the target's). Tokens inside a run are dependent, so the chi-square
     statistic gets a paired permutation p-value over runs (999 permutations): asserting p > 1e-3 has a
     0.1% false-positive rate under the null (lossless drafting). Power: the same test must reject the
-    subset's own samples (p < 1e-2), i.e. a drafter whose tokens went out uncorrected."""
+    subset's own samples (p < 1e-2), i.e. a drafter whose tokens went out uncorrected, and (negative
+    control) the same SD under a wrong rule that keeps every draft token (p < 1e-2)."""
     sharp = copy.deepcopy(model)
     with torch.no_grad():
         sharp.lm_head.weight.mul_(8)
     target = HybridLM(sharp, None, "cpu")
     layers = subset(target, "linear")
 
-    def runs(lm, make, seed0):
+    def runs(lm, make, seed0, acceptor=None):
         return [
-            generate(lm, [3, 1, 4], 20, drafter=make() if make else None, sampling=T1, seed=seed0 + s)
+            generate(
+                lm, [3, 1, 4], 20, drafter=make() if make else None, sampling=T1, seed=seed0 + s, acceptor=acceptor
+            )
             for s in range(24)
         ]
 
@@ -255,6 +258,9 @@ def test_permutation_chi_square_ar_vs_subset_sd(model):
     assert run_permutation_test(ar, [g.tokens for g in sd], n_perm=999, seed=0).p_permutation > 1e-3
     own = [g.tokens for g in runs(target.view(layers=layers), None, 2 * 10**6)]
     assert run_permutation_test(ar, own, n_perm=999, seed=0).p_permutation < 1e-2
+    # negative control: the same SD under a rule that keeps every draft token (KeepFirstBranch on a chain)
+    kept = [g.tokens for g in runs(target, lambda: LayerSkipDrafter(target, layers, k=2), 10**6, KeepFirstBranch())]
+    assert run_permutation_test(ar, kept, n_perm=999, seed=0).p_permutation < 1e-2
 
 
 # --- measurements, search, exit training -----------------------------------------------------------------

@@ -7,7 +7,7 @@ the same on every run.
 
 import pytest
 import torch
-from conftest import tiny_lm
+from conftest import KeepFirstBranch, tiny_lm, token_zero_draft
 
 from speclib import ModelDrafter, Sampling, generate
 from speclib.core.sampling import probs
@@ -182,7 +182,7 @@ def test_greedy_acceptance_is_maximal_with_the_target_as_draft():
             assert max(accepted) > 1
 
 
-def _token_at(target, make_drafter, pos, n_runs, sampling, seed0=0):
+def _token_at(target, make_drafter, pos, n_runs, sampling, seed0=0, acceptor=None):
     return [
         generate(
             target,
@@ -191,6 +191,7 @@ def _token_at(target, make_drafter, pos, n_runs, sampling, seed0=0):
             drafter=make_drafter() if make_drafter else None,
             sampling=sampling,
             seed=seed0 + s,
+            acceptor=acceptor,
         ).tokens[pos]
         for s in range(n_runs)
     ]
@@ -215,21 +216,33 @@ def test_chi_square_ar_vs_tree_sd(pair, sampling, kind):
     two-sample chi-square, alpha = 1e-3 (0.1% false-positive rate per assertion under the null;
     seeds fixed). One sampling setting per tree mode, to keep the file fast; the truncated setting
     (q with zeros, supports of p and q differ) exercises exhausting a node's support.
-    Negative control (T=1): the same test rejects a drafter that takes the top-b children but
-    stores q as if they were sampled (measured p ~ 1e-49 with 1200 runs; 400 runs here, asserted
-    below 1e-6 to leave no doubt; the subtler bugs, forgetting to
-    renormalise q after removing siblings or drawing with replacement, are NOT detectable at this
-    sample size on these near-uniform tiny models)."""
+    Negative controls, 400 runs each: with fixed branching (T=1) the same test rejects a drafter that takes
+    the top-b children but stores q as if they were sampled (measured p ~ 1e-49 with 1200 runs; asserted
+    below 1e-6 to leave no doubt; the subtler bugs, forgetting to renormalise q after removing siblings
+    or drawing with replacement, are NOT detectable at this sample size on these near-uniform tiny
+    models). In the other two modes a rule that keeps every draft token of the first branch
+    (KeepFirstBranch): with truncated sampling on the same draft (measured p 5e-12); in the spine mode on a
+    draft that proposes token 0 whatever the context, at index 3, the last token a depth-3 step drafts
+    (index 4 is always the target's own sample there, and the same draft's chain at index 3 is a mixture
+    over contexts, near uniform: p 0.40), measured p 1e-158; both asserted below 1e-3."""
     target, draft = pair
     n = 1200
     ar = _token_at(target, None, 4, n, sampling)
     sd = _token_at(target, lambda: TreeDrafter(draft, **kind), 4, n, sampling, seed0=10**6)
     assert chi2_two_sample(ar, sd).p > 1e-3
-    if sampling is T1:
+    if kind is FIXED:
         bad = _token_at(
             target, lambda: GreedyChildrenClaimedSampled(draft, branching=(2, 2)), 4, 400, sampling, seed0=10**6
         )
         assert chi2_two_sample(ar, bad).p < 1e-6
+    elif kind.get("expand") == "spine":
+        ar3 = _token_at(target, None, 3, 400, sampling)
+        zero = token_zero_draft()
+        wrong = _token_at(target, lambda: TreeDrafter(zero, **kind), 3, 400, sampling, 10**6, KeepFirstBranch())
+        assert chi2_two_sample(ar3, wrong).p < 1e-3
+    else:
+        wrong = _token_at(target, lambda: TreeDrafter(draft, **kind), 4, 400, sampling, 10**6, KeepFirstBranch())
+        assert chi2_two_sample(ar, wrong).p < 1e-3
 
 
 def test_tree_yields_more_tokens_per_call_than_chain():
