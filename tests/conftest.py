@@ -10,9 +10,12 @@ if not torch.cuda.is_available():
 from speclib.core.device import set_threads  # noqa: E402
 
 # Under pytest-xdist (`make test` runs two workers) each worker, and the notebook kernels it starts, takes
-# one thread: two workers at two threads each would oversubscribe the two cores.
+# one thread: two workers at two threads each would oversubscribe the two cores. The cap holds for explicit
+# counts too (a notebook's two-thread timings): a two-thread op beside the other busy worker spin-waits, and
+# notebook 05's two-thread step took 118 s there against 12 s alone.
 if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ.setdefault("SPECLIB_THREADS", "1")
+    os.environ.setdefault("SPECLIB_MAX_THREADS", "1")
 set_threads()  # torch's threads = the CPUs this process may use (affinity, cgroup quota), or $SPECLIB_THREADS
 
 import pytest  # noqa: E402

@@ -164,6 +164,20 @@ def test_set_threads_refuses_bad_counts():
         device.set_threads(0)
 
 
+def test_max_threads_caps_every_count(monkeypatch):
+    import torch
+
+    before = torch.get_num_threads()
+    monkeypatch.setenv("SPECLIB_MAX_THREADS", "1")
+    with device.threads(2) as n:
+        assert n == 1 and torch.get_num_threads() == 1
+    monkeypatch.delenv("SPECLIB_MAX_THREADS")
+    monkeypatch.setenv("SPECLIB_THREADS", "1")
+    with device.threads(2) as n:  # $SPECLIB_THREADS is only the default
+        assert n == 2 and torch.get_num_threads() == 2
+    assert torch.get_num_threads() == before
+
+
 def test_threads_context_sets_then_restores_the_count():
     import torch
 

@@ -81,13 +81,17 @@ def cpu_count() -> int:
 def set_threads(n: int | None = None) -> int:
     """Set torch's intra-op threads to `n`. Default: $SPECLIB_THREADS when set, else `cpu_count()`
     capped by $OMP_NUM_THREADS when that is set (the usual way to ask a job for fewer threads).
-    Returns the number set."""
+    $SPECLIB_MAX_THREADS, when set, caps every count, an explicit `n` included: a test process that shares
+    the cores with another one (pytest-xdist) runs a notebook's two-thread timings at one thread rather than
+    spin-waiting against its neighbour. Returns the number set."""
     if n is None:
         n = int(os.environ.get("SPECLIB_THREADS") or 0) or cpu_count()
         if os.environ.get("SPECLIB_THREADS") is None and os.environ.get("OMP_NUM_THREADS", "").isdigit():
             n = min(n, max(1, int(os.environ["OMP_NUM_THREADS"])))
     if not isinstance(n, int) or n < 1:
         raise ValueError(f"n (threads) must be an int >= 1, got {n!r}")
+    if os.environ.get("SPECLIB_MAX_THREADS", "").isdigit():
+        n = min(n, max(1, int(os.environ["SPECLIB_MAX_THREADS"])))
     torch.set_num_threads(n)
     return n
 
