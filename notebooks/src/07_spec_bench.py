@@ -151,7 +151,7 @@ from speclib.workbook.study import Study
 
 # %%
 if SMOKE:
-    PER_TASK, PILOT_PER_TASK, MAX_NEW_TOKENS, LATENCY_REPEATS, CHI2_TOKENS = 1, 1, 12, 3, 120
+    PER_TASK, PILOT_PER_TASK, MAX_NEW_TOKENS, LATENCY_REPEATS, CHI2_TOKENS = 1, 1, 8, 3, 120
     LOOKUP_GRID, SUFFIX_GRID, HEAD_KS, DRAFT_KS = [[2, 4], [2, 8]], [8], [2], [2]
     SELF_DRAFTS, SELF_KS, EXIT_STEPS, EXIT_TEXT = [["first_n", 4]], [1], 2, "prompts"
     RUNTIMES, RUNTIME_KS, RUNTIME_PER_TASK = ["torch", "llamacpp-gguf"], [2, 4], 1
@@ -160,7 +160,7 @@ if SMOKE:
     LOOKAHEAD_GRID, ES_DRAFT = [[1, 3, 1]], True
     LONG_MAX_NEW_TOKENS, LONG_TASKS = 24, ["qa"]
     CURVE_HEADS = ["data/checkpoints/smollm2-135m-instruct-head", "data/checkpoints/smollm2-135m-instruct-corpus-head"]
-    CURVE_DRAFTS, CURVE_PER_TASK, CURVE_MAX_NEW_TOKENS = ["data/checkpoints/smollm2-draft"], 1, 12
+    CURVE_DRAFTS, CURVE_PER_TASK, CURVE_MAX_NEW_TOKENS = ["data/checkpoints/smollm2-draft"], 1, 8
 NB = "07_spec_bench"
 style()
 torch.manual_seed(SEED)
